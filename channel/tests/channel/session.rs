@@ -1,0 +1,93 @@
+//! `Session` over real Unix sockets: the plain agent socket and the hybrid
+//! vsock preamble.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::thread;
+
+use boxdesk_channel::{handshake, ChannelError, Frame, FrameReader, FrameWriter, Session};
+
+fn temp_sock(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bdch-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("s.sock")
+}
+
+/// A one-connection echo agent: handshake, then every frame read is
+/// written back, until EOF.
+fn echo(mut s: UnixStream) {
+    handshake(&mut s).unwrap();
+    let mut r = FrameReader::new(s.try_clone().unwrap());
+    let mut w = FrameWriter::new(s);
+    while let Some(f) = r.read_frame().unwrap() {
+        w.write_frame(&f).unwrap();
+    }
+}
+
+#[test]
+fn a_unix_session_exchanges_frames_both_ways() {
+    let path = temp_sock("unix");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || echo(l.accept().unwrap().0));
+    let mut s = Session::connect_unix(&path).unwrap();
+    s.send(&Frame::Stdout(vec![1; 100_000])).unwrap();
+    assert_eq!(s.recv().unwrap(), Some(Frame::Stdout(vec![1; 100_000])));
+    s.close_write().unwrap();
+    assert_eq!(s.recv().unwrap(), None);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_hybrid_session_sends_connect_and_starts_after_the_ok_line() {
+    let path = temp_sock("hybrid");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut line = [0u8; 13];
+        s.read_exact(&mut line).unwrap();
+        assert_eq!(&line, b"CONNECT 1024\n");
+        // The OK line and the agent's header in one write: the client must
+        // not swallow header bytes while reading the line.
+        s.write_all(b"OK 1073741824\nAGCH\x03\x00").unwrap();
+        let mut hdr = [0u8; 6];
+        s.read_exact(&mut hdr).unwrap();
+        assert_eq!(&hdr, b"AGCH\x03\x00");
+        FrameWriter::new(s).write_frame(&Frame::Exit(7)).unwrap();
+    });
+    let mut s = Session::connect_hybrid(&path, 1024).unwrap();
+    assert_eq!(s.recv().unwrap(), Some(Frame::Exit(7)));
+    server.join().unwrap();
+}
+
+#[test]
+fn a_hybrid_refusal_is_a_clear_error() {
+    let path = temp_sock("refused");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut line = [0u8; 13];
+        s.read_exact(&mut line).unwrap();
+        s.write_all(b"ERR no listener on port 1024\n").unwrap();
+    });
+    let err = Session::connect_hybrid(&path, 1024).err().unwrap();
+    assert!(
+        matches!(&err, ChannelError::HybridRefused(m) if m.contains("no listener")),
+        "{err:?}"
+    );
+    server.join().unwrap();
+}
+
+#[test]
+fn a_peer_that_is_not_an_agent_is_refused_at_the_handshake() {
+    let path = temp_sock("http");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(b"HTTP/1.1 400\r\n").unwrap();
+    });
+    let err = Session::connect_unix(&path).err().unwrap();
+    assert!(matches!(err, ChannelError::BadMagic(_)), "{err:?}");
+    server.join().unwrap();
+}

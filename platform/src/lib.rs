@@ -1,0 +1,44 @@
+//! boxdesk-platform: the host-OS facts boxdesk relies on before it trusts
+//! anything — where its sockets live and whether that place is private,
+//! what a sandbox may be called, who is on the other end of a Unix socket,
+//! and what this machine can run (`boxdesk doctor`).
+//!
+//! It is a leaf crate: it knows nothing of the channel protocol, the VMM or
+//! the CLI. OS-specific code is cfg-gated here so the rest of the workspace
+//! does not have to be.
+//!
+//! ```no_run
+//! use boxdesk_platform::{dirs, names::SandboxPaths, socket};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = dirs::runtime_dir()?; // created 0700, owner and mode checked
+//! let paths = SandboxPaths::new(&dir, "dev-1")?;
+//! let listener = socket::bind_exclusive(&paths.sock)?; // never steals a live socket
+//! for stream in listener.incoming() {
+//!     let stream = stream?;
+//!     if socket::ensure_same_uid(&stream).is_err() {
+//!         continue; // another user: drop the connection
+//!     }
+//!     // serve the control protocol on `stream`
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod dirs;
+pub mod names;
+pub mod probe;
+pub mod socket;
+
+pub use dirs::DirError;
+pub use names::{NameError, SandboxPaths, SUN_PATH_MAX};
+pub use probe::Probe;
+pub use socket::{SocketError, Staleness};
+
+/// The effective uid of this process: the only uid whose directories,
+/// sockets and peers boxdesk trusts.
+pub fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the root package's end-to-end tests (namespace backend, control
+# socket, CLI, cowork) a second time as an unprivileged user, so the
+# user-namespace path of bubblewrap is what they exercise. CI runs as root,
+# users don't. The binaries are copied where that user can read them.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+user=${BOXDESK_TEST_USER:-nobody}
+if [ "$(id -u)" -ne 0 ]; then
+  echo "skipped: already unprivileged ($(id -un)); the cargo test run above was the unprivileged run"
+  exit 0
+fi
+
+tests_bin=$(cargo test -p boxdesk --test tests --no-run --locked --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "tests" and m.get("executable"):
+        print(m["executable"])')
+cargo build -q --locked -p boxdesk --bin boxdesk
+[ -n "$tests_bin" ] || { echo "test-unprivileged: no test binary found"; exit 1; }
+
+d=$(mktemp -d /tmp/boxdesk-unpriv.XXXXXX)
+trap 'rm -rf "$d"' EXIT
+install -m 0755 "$tests_bin" "$d/tests"
+install -m 0755 target/debug/boxdesk "$d/boxdesk"
+mkdir -p "$d/home" "$d/tmp"
+chown "$user" "$d/home" "$d/tmp"
+chmod 0700 "$d/home" "$d/tmp"
+chmod 0755 "$d"
+uid=$(id -u "$user")
+echo "running $(basename "$tests_bin") as $user (uid $uid)"
+cd "$d"
+runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR="$d/tmp" \
+  BOXDESK_BIN="$d/boxdesk" RUST_BACKTRACE=1 "$d/tests" --test-threads=2

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every boxdesk test, installing what is missing first:
+#   bash scripts/test.sh
+# Steps: setup, fmt, clippy (workspace), the workspace's tests as root,
+# static musl agents for x86_64 and aarch64 (the aarch64 one runs under
+# qemu-aarch64-static for one real exec), the namespace/cowork end-to-end
+# tests again as an unprivileged user, and the fuzz target's regressions.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export BOXDESK_CACHE=${BOXDESK_CACHE:-/var/cache/boxdesk}
+export CARGO_TERM_COLOR=never
+step() { printf '\n=== %s\n' "$*"; }
+
+step setup
+bash scripts/setup.sh
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (as $(id -un))"
+cargo test --workspace --locked
+
+step "static guest agents"
+bash images/build-agent.sh x86_64
+bash images/build-agent.sh aarch64
+bash scripts/agent-smoke.sh
+
+step "end-to-end tests as an unprivileged user"
+bash scripts/test-unprivileged.sh
+
+step "fuzz regressions"
+if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/null; then
+  (cd fuzz && cargo +nightly fuzz build decode >/dev/null 2>&1 && \
+    cargo +nightly fuzz run decode regressions -- -runs=0 2>&1 | tail -1)
+else
+  echo "skipped: no nightly toolchain or cargo-fuzz here; the decoder's property tests ran above"
+fi
+echo "all tests passed"
