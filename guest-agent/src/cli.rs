@@ -1,0 +1,221 @@
+//! The command line, parsed by hand (no clap: the static guest binary stays
+//! small): `[--listen vsock:PORT | --listen unix:PATH] [--root DIR]
+//! [--results DIR]`.
+//!
+//! Owns turning arguments into a [`Config`] and the defaults (PID 1 →
+//! `vsock:1024`; root `/`; results `/results`). It must never touch the
+//! system beyond asking for its own pid: no binding, no mounting.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use boxdesk_channel::AGENT_PORT;
+
+/// The usage line printed with every argument error and for `--help`.
+pub const USAGE: &str = "usage: boxdesk-guest-agent [--listen vsock:PORT | --listen unix:PATH] \
+                         [--root DIR] [--results DIR]";
+
+/// Where the agent listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// AF_VSOCK on this port, any CID (the VM backends).
+    Vsock(u32),
+    /// A Unix stream socket at this path (the namespace backend, tests).
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Vsock(port) => write!(f, "vsock:{port}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl Listen {
+    /// Parses `vsock:PORT` or `unix:PATH`.
+    pub fn parse(s: &OsStr) -> Result<Self, CliError> {
+        let b = s.as_bytes();
+        if let Some(port) = b.strip_prefix(b"vsock:") {
+            let port = std::str::from_utf8(port)
+                .ok()
+                .and_then(|p| p.parse::<u32>().ok())
+                .ok_or_else(|| {
+                    usage(format!(
+                        "bad vsock port in --listen {}",
+                        s.to_string_lossy()
+                    ))
+                })?;
+            return Ok(Listen::Vsock(port));
+        }
+        if let Some(path) = b.strip_prefix(b"unix:") {
+            if path.is_empty() {
+                return Err(usage("--listen unix: needs a path".into()));
+            }
+            return Ok(Listen::Unix(PathBuf::from(OsStr::from_bytes(path))));
+        }
+        Err(usage(format!(
+            "--listen takes vsock:PORT or unix:PATH, not {}",
+            s.to_string_lossy()
+        )))
+    }
+}
+
+/// What [`crate::run`] serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The listening socket.
+    pub listen: Listen,
+    /// PutFile/GetFile paths resolve beneath this directory.
+    pub root: PathBuf,
+    /// After each exec, the regular files under this directory go back to
+    /// the host as File frames.
+    pub results: PathBuf,
+}
+
+/// Why the arguments were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// `--help` or `-h` was given: print [`USAGE`] and exit 0.
+    #[error("{USAGE}")]
+    Help,
+    /// The arguments are wrong; the message ends with the usage line.
+    #[error("{0}\n{USAGE}")]
+    Usage(String),
+}
+
+fn usage(msg: String) -> CliError {
+    CliError::Usage(msg)
+}
+
+/// Parses the arguments that follow the program name (for an embedding
+/// binary: those after its sub-command word). Without `--listen`, PID 1
+/// listens on `vsock:1024`; any other process gets a usage error.
+pub fn parse_args(args: impl Iterator<Item = OsString>) -> Result<Config, CliError> {
+    parse_args_as(args, nix::unistd::getpid().as_raw() == 1)
+}
+
+fn parse_args_as(
+    mut args: impl Iterator<Item = OsString>,
+    is_pid1: bool,
+) -> Result<Config, CliError> {
+    let mut listen = None;
+    let mut root = None;
+    let mut results = None;
+    while let Some(arg) = args.next() {
+        let bytes = arg.as_bytes();
+        if bytes == b"--help" || bytes == b"-h" {
+            return Err(CliError::Help);
+        }
+        let (name, inline) = match bytes.iter().position(|&c| c == b'=') {
+            Some(i) if bytes.starts_with(b"--") => (
+                &bytes[..i],
+                Some(OsStr::from_bytes(&bytes[i + 1..]).to_os_string()),
+            ),
+            _ => (bytes, None),
+        };
+        let name = String::from_utf8_lossy(name).into_owned();
+        let slot = match name.as_str() {
+            "--listen" => &mut listen,
+            "--root" => &mut root,
+            "--results" => &mut results,
+            _ => return Err(usage(format!("unknown argument {name}"))),
+        };
+        let value = match inline.or_else(|| args.next()) {
+            Some(v) if !v.is_empty() => v,
+            _ => return Err(usage(format!("{name} needs a value"))),
+        };
+        if slot.replace(value).is_some() {
+            return Err(usage(format!("{name} given twice")));
+        }
+    }
+    let listen = match listen {
+        Some(l) => Listen::parse(&l)?,
+        None if is_pid1 => Listen::Vsock(AGENT_PORT),
+        None => {
+            return Err(usage(
+                "--listen is required when not running as PID 1".into(),
+            ))
+        }
+    };
+    Ok(Config {
+        listen,
+        root: root.map_or_else(|| PathBuf::from("/"), PathBuf::from),
+        results: results.map_or_else(|| PathBuf::from("/results"), PathBuf::from),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str], pid1: bool) -> Result<Config, CliError> {
+        parse_args_as(args.iter().map(OsString::from), pid1)
+    }
+
+    #[test]
+    fn pid_1_without_arguments_listens_on_vsock_1024_with_the_default_dirs() {
+        let c = parse(&[], true).unwrap();
+        assert_eq!(c.listen, Listen::Vsock(1024));
+        assert_eq!(c.root, PathBuf::from("/"));
+        assert_eq!(c.results, PathBuf::from("/results"));
+    }
+
+    #[test]
+    fn a_process_that_is_not_pid_1_must_say_where_to_listen() {
+        let err = parse(&[], false).unwrap_err();
+        assert!(err.to_string().contains("--listen is required"), "{err}");
+        assert!(err.to_string().contains("usage:"), "{err}");
+    }
+
+    #[test]
+    fn both_listen_forms_and_both_value_styles_are_accepted() {
+        let c = parse(
+            &[
+                "--listen",
+                "unix:/tmp/a.sock",
+                "--root=/r",
+                "--results",
+                "/x",
+            ],
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.listen, Listen::Unix("/tmp/a.sock".into()));
+        assert_eq!(c.root, PathBuf::from("/r"));
+        assert_eq!(c.results, PathBuf::from("/x"));
+        let c = parse(&["--listen=vsock:77"], false).unwrap();
+        assert_eq!(c.listen, Listen::Vsock(77));
+        assert_eq!(c.listen.to_string(), "vsock:77");
+    }
+
+    #[test]
+    fn unknown_missing_repeated_and_malformed_arguments_are_usage_errors() {
+        for bad in [
+            &["--listen", "tcp:1"][..],
+            &["--listen", "vsock:x"],
+            &["--listen", "unix:"],
+            &["--listen"],
+            &["--root"],
+            &["--frobnicate"],
+            &["--root", "/a", "--root", "/b", "--listen", "vsock:1"],
+        ] {
+            assert!(
+                matches!(parse(bad, false), Err(CliError::Usage(_))),
+                "{bad:?} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn help_is_its_own_outcome() {
+        assert!(matches!(parse(&["-h"], false), Err(CliError::Help)));
+        assert!(matches!(
+            parse(&["--listen", "vsock:1", "--help"], false),
+            Err(CliError::Help)
+        ));
+    }
+}
