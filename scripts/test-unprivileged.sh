@@ -33,4 +33,4 @@ uid=$(id -u "$user")
 echo "running $(basename "$tests_bin") as $user (uid $uid)"
 cd "$d"
 runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR="$d/tmp" \
-  BOXDESK_BIN="$d/boxdesk" RUST_BACKTRACE=1 "$d/tests" --test-threads=2
+  BOXDESK_BIN="$d/boxdesk" BOXDESK_NESTED=0 RUST_BACKTRACE=1 "$d/tests" --test-threads=2

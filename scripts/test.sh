@@ -3,8 +3,9 @@
 #   bash scripts/test.sh
 # Steps: setup, fmt, clippy (workspace), the workspace's tests as root,
 # static musl agents for x86_64 and aarch64 (the aarch64 one runs under
-# qemu-aarch64-static for one real exec), the namespace/cowork end-to-end
-# tests again as an unprivileged user, and the fuzz target's regressions.
+# qemu-aarch64-static for one real exec), the nested-KVM harness on both
+# arches, the namespace/cowork end-to-end tests again as an unprivileged
+# user, and the fuzz target's regressions.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,12 +23,19 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test (as $(id -un))"
-cargo test --workspace --locked
+# The nested-KVM self-tests run in their own step below, with their setup.
+BOXDESK_NESTED=0 cargo test --workspace --locked
+
+step "boxdesk-hv for aarch64-apple-darwin (HVF) and aarch64-unknown-linux-gnu (KVM arm64): check + clippy"
+bash hv/check-cross.sh
 
 step "static guest agents"
 bash images/build-agent.sh x86_64
 bash images/build-agent.sh aarch64
 bash scripts/agent-smoke.sh
+
+step "nested KVM harness: real KVM for x86_64 and aarch64 under qemu TCG"
+bash scripts/test-nested.sh
 
 step "end-to-end tests as an unprivileged user"
 bash scripts/test-unprivileged.sh

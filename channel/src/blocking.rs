@@ -51,7 +51,12 @@ fn read_exact_or_eof<R: Read + ?Sized>(
     })
 }
 
-/// Reads frames from a byte stream.
+/// Reads frames from a blocking byte stream.
+///
+/// An error from the stream in the middle of a frame (including
+/// `WouldBlock` or a read timeout) ends the session: the partial frame is
+/// dropped. Event loops over non-blocking sockets keep their own buffer and
+/// call [`decode_slice`](crate::frame::decode_slice) instead.
 pub struct FrameReader<R> {
     inner: R,
     buf: Box<[u8]>,

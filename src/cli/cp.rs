@@ -1,0 +1,469 @@
+//! `boxdesk cp [-r] SRC NAME:PATH` and `boxdesk cp [-r] NAME:PATH DST`.
+//!
+//! Host → sandbox: PutFile frames of at most [`CHUNK`] bytes with
+//! contiguous offsets and the source's mode; whether the target is an
+//! existing directory (then the file keeps its name) is asked with an exec
+//! of `test -d`. `-r` walks the host tree (symlinks and special files are
+//! skipped with a warning; empty directories are made with an exec of
+//! `mkdir -p`).
+//! Sandbox → host: GetFile. `-r` lists the tree with execs of
+//! `find PATH -type d -print0` and `find PATH -type f -print0`, then
+//! fetches each file with GetFile on one session, one at a time.
+//! A guest path may be any absolute path (the agent resolves it beneath
+//! the sandbox root); a relative one is taken relative to `/work`.
+//!
+//! Exit codes: 0, 1 when a file could not be copied (each one reported),
+//! 125 for usage errors or a missing sandbox. This module must never write
+//! outside the destination a user named: paths from the sandbox are
+//! checked to be plain relative paths, and files in a received tree are
+//! opened without following symlinks.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use boxdesk_channel::{ChannelError, Frame, FrameReader, SecretBytes, Stream};
+use boxdesk_platform::{names, SandboxPaths};
+
+use super::exec;
+
+/// Bytes per PutFile frame.
+pub const CHUNK: usize = 512 * 1024;
+
+/// One side of a copy.
+#[derive(Debug, PartialEq, Eq)]
+enum Side {
+    Host(PathBuf),
+    Guest { name: String, path: Vec<u8> },
+}
+
+/// `NAME:PATH` when what is before the first `:` is a valid sandbox name;
+/// anything else (`./a:b`, `/x:y`) is a host path.
+fn parse_side(arg: &OsStr) -> Side {
+    let b = arg.as_bytes();
+    if let Some(i) = b.iter().position(|&c| c == b':') {
+        if let Ok(name) = std::str::from_utf8(&b[..i]) {
+            if names::validate_name(name).is_ok() {
+                return Side::Guest {
+                    name: name.to_owned(),
+                    path: guest_abs(&b[i + 1..]),
+                };
+            }
+        }
+    }
+    Side::Host(PathBuf::from(arg))
+}
+
+fn guest_abs(p: &[u8]) -> Vec<u8> {
+    let mut out = if p.starts_with(b"/") {
+        p.to_vec()
+    } else {
+        [exec::DEFAULT_CWD.as_bytes(), b"/", p].concat()
+    };
+    while out.len() > 1 && out.ends_with(b"/") {
+        out.pop();
+    }
+    out
+}
+
+fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
+    if base == b"/" {
+        [b"/", rel].concat()
+    } else {
+        [base, b"/", rel].concat()
+    }
+}
+
+fn basename(p: &[u8]) -> &[u8] {
+    p.rsplit(|&c| c == b'/').next().unwrap_or(p)
+}
+
+/// `boxdesk cp`.
+pub fn cp(src: &OsStr, dst: &OsStr, recursive: bool) -> anyhow::Result<i32> {
+    let dst_trailing_slash = dst.as_bytes().ends_with(b"/");
+    match (parse_side(src), parse_side(dst)) {
+        (Side::Host(from), Side::Guest { name, path }) => {
+            let (_, paths) = super::sandbox_paths(&name)?;
+            put(&paths, &name, &from, &path, dst_trailing_slash, recursive)
+        }
+        (Side::Guest { name, path }, Side::Host(to)) => {
+            let (_, paths) = super::sandbox_paths(&name)?;
+            get(&paths, &name, &path, &to, recursive)
+        }
+        (Side::Host(_), Side::Host(_)) => bail!("one of SRC and DST must be NAME:PATH"),
+        (Side::Guest { .. }, Side::Guest { .. }) => {
+            bail!("copying between two sandbox paths is not supported; go through the host")
+        }
+    }
+}
+
+fn guest_is_dir(paths: &SandboxPaths, name: &str, path: &[u8]) -> anyhow::Result<bool> {
+    Ok(exec::capture(paths, name, &[b"test", b"-d", path])?.code == 0)
+}
+
+fn put(
+    paths: &SandboxPaths,
+    name: &str,
+    from: &Path,
+    to: &[u8],
+    to_is_dir_hint: bool,
+    recursive: bool,
+) -> anyhow::Result<i32> {
+    let meta = fs::metadata(from).with_context(|| format!("cannot read {}", from.display()))?;
+    if meta.is_dir() && !recursive {
+        bail!("{} is a directory (use cp -r)", from.display());
+    }
+    let into_dir = to_is_dir_hint || guest_is_dir(paths, name, to)?;
+    let src_name = from
+        .file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_else(|| b"root".to_vec());
+    let target = if into_dir {
+        join(to, &src_name)
+    } else {
+        to.to_vec()
+    };
+
+    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut empty_dirs: Vec<Vec<u8>> = Vec::new();
+    if meta.is_dir() {
+        walk(from, &target, &mut files, &mut empty_dirs)?;
+    } else {
+        files.push((from.to_owned(), target));
+    }
+
+    let session = exec::connect(paths, name)?;
+    let (reader, mut writer) = session.into_split();
+    // Errors come back while we are still sending; read them concurrently
+    // so neither side can stall the other.
+    let errors = std::thread::spawn(move || collect_errors(reader));
+    let mut failed = 0;
+    for (host, guest) in &files {
+        if let Err(e) = send_file(&mut writer, host, guest) {
+            eprintln!("boxdesk: cp: {}: {e:#}", host.display());
+            failed += 1;
+            if e.downcast_ref::<boxdesk_channel::ChannelError>().is_some() {
+                break;
+            }
+        }
+    }
+    let _ = writer.get_ref().shutdown(std::net::Shutdown::Write);
+    let errs = errors
+        .join()
+        .unwrap_or_else(|_| vec!["reader thread failed".into()]);
+    for e in &errs {
+        eprintln!("boxdesk: cp: {e}");
+    }
+    if !empty_dirs.is_empty() {
+        let mut argv: Vec<&[u8]> = vec![b"mkdir", b"-p", b"--"];
+        argv.extend(empty_dirs.iter().map(Vec::as_slice));
+        let made = exec::capture(paths, name, &argv)?;
+        if made.code != 0 {
+            eprintln!(
+                "boxdesk: cp: mkdir: {}",
+                String::from_utf8_lossy(&made.stderr).trim()
+            );
+            failed += 1;
+        }
+    }
+    Ok(if failed == 0 && errs.is_empty() { 0 } else { 1 })
+}
+
+/// Lists regular files (and empty directories) under `dir`, mapping each
+/// to its guest path under `target`.
+fn walk(
+    dir: &Path,
+    target: &[u8],
+    files: &mut Vec<(PathBuf, Vec<u8>)>,
+    empty_dirs: &mut Vec<Vec<u8>>,
+) -> anyhow::Result<()> {
+    let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .collect::<Result<_, _>>()?;
+    entries.sort_by_key(fs::DirEntry::file_name);
+    if entries.is_empty() {
+        empty_dirs.push(target.to_vec());
+    }
+    for e in entries {
+        let ft = e.file_type()?;
+        let guest = join(target, e.file_name().as_bytes());
+        if ft.is_dir() {
+            walk(&e.path(), &guest, files, empty_dirs)?;
+        } else if ft.is_file() {
+            files.push((e.path(), guest));
+        } else {
+            eprintln!(
+                "boxdesk: cp: skipping {} (not a regular file)",
+                e.path().display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn send_file(
+    writer: &mut boxdesk_channel::FrameWriter<Stream>,
+    host: &Path,
+    guest: &[u8],
+) -> anyhow::Result<()> {
+    let mut f = File::open(host)?;
+    let mode = f.metadata()?.permissions().mode() & 0o7777;
+    let mut buf = SecretBytes::new(vec![0u8; CHUNK]);
+    let mut offset = 0u64;
+    loop {
+        let n = read_full(&mut f, &mut buf)?;
+        if n == 0 && offset > 0 {
+            return Ok(());
+        }
+        writer.write_frame(&Frame::PutFile {
+            path: guest.to_vec(),
+            mode,
+            offset,
+            data: SecretBytes::copy_from(&buf[..n]),
+        })?;
+        offset += n as u64;
+        if n < CHUNK {
+            return Ok(());
+        }
+    }
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut have = 0;
+    while have < buf.len() {
+        match f.read(&mut buf[have..]) {
+            Ok(0) => break,
+            Ok(n) => have += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(have)
+}
+
+fn collect_errors(mut reader: FrameReader<Stream>) -> Vec<String> {
+    let mut errs = Vec::new();
+    loop {
+        match reader.read_frame() {
+            Ok(Some(Frame::Error(m))) => errs.push(m),
+            Ok(Some(_)) => {}
+            Ok(None) => return errs,
+            Err(e) => {
+                errs.push(format!("session: {e}"));
+                return errs;
+            }
+        }
+    }
+}
+
+fn get(
+    paths: &SandboxPaths,
+    name: &str,
+    from: &[u8],
+    to: &Path,
+    recursive: bool,
+) -> anyhow::Result<i32> {
+    let base = if to.is_dir() {
+        to.join(OsStr::from_bytes(basename(from)))
+    } else {
+        to.to_owned()
+    };
+    if !recursive {
+        let mut session = exec::connect(paths, name)?;
+        session.send(&Frame::GetFile(from.to_vec()))?;
+        session.close_write()?;
+        return match receive(&mut || session.recv(), from, &base, false)? {
+            Ok(()) => Ok(0),
+            Err(msg) => {
+                eprintln!("boxdesk: cp: {msg}");
+                Ok(1)
+            }
+        };
+    }
+    let dirs = list(paths, name, from, b"d")?;
+    let files = list(paths, name, from, b"f")?;
+    if dirs.is_empty() {
+        if files == [from.to_vec()] {
+            return get(paths, name, from, to, false);
+        }
+        bail!(
+            "{}: no such directory in sandbox {name}",
+            String::from_utf8_lossy(from)
+        );
+    }
+    fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    let mut failed = 0;
+    for d in &dirs {
+        let Some(rel) = relative(from, d) else {
+            continue;
+        };
+        if let Err(e) = fs::create_dir_all(base.join(&rel)) {
+            eprintln!("boxdesk: cp: {}: {e}", base.join(&rel).display());
+            failed += 1;
+        }
+    }
+    // One session, one file at a time: the agent answers each GetFile in
+    // full before it reads the next frame.
+    let mut session = exec::connect(paths, name)?;
+    for f in &files {
+        let Some(rel) = relative(from, f) else {
+            eprintln!(
+                "boxdesk: cp: skipping odd path {}",
+                String::from_utf8_lossy(f)
+            );
+            failed += 1;
+            continue;
+        };
+        session.send(&Frame::GetFile(f.clone()))?;
+        if let Err(msg) = receive(&mut || session.recv(), f, &base.join(&rel), true)? {
+            eprintln!("boxdesk: cp: {msg}");
+            failed += 1;
+        }
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// `find PATH -type T -print0` in the sandbox.
+fn list(
+    paths: &SandboxPaths,
+    name: &str,
+    from: &[u8],
+    kind: &[u8],
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    let out = exec::capture(paths, name, &[b"find", from, b"-type", kind, b"-print0"])?;
+    if out.code != 0 && out.stdout.is_empty() {
+        bail!(
+            "{}: {}",
+            String::from_utf8_lossy(from),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// `p` relative to `base` when it is beneath it and every component is a
+/// plain name; `Some("")` for `base` itself.
+fn relative(base: &[u8], p: &[u8]) -> Option<PathBuf> {
+    if p == base {
+        return Some(PathBuf::new());
+    }
+    let prefix = if base == b"/" {
+        b"/".to_vec()
+    } else {
+        [base, b"/"].concat()
+    };
+    let rel = Path::new(OsStr::from_bytes(p.strip_prefix(prefix.as_slice())?)).to_owned();
+    rel.components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        .then_some(rel)
+}
+
+/// Receives the File frames answering one GetFile into `target`. The outer
+/// error is the session failing; the inner one a refused file.
+fn receive(
+    next: &mut dyn FnMut() -> Result<Option<Frame>, ChannelError>,
+    requested: &[u8],
+    target: &Path,
+    no_follow: bool,
+) -> anyhow::Result<Result<(), String>> {
+    let mut out: Option<File> = None;
+    let mut written = 0u64;
+    loop {
+        match next()? {
+            Some(Frame::File {
+                path,
+                mode,
+                offset,
+                total_size,
+                data,
+            }) => {
+                if path != requested || offset != written {
+                    bail!("the agent sent a file frame out of order");
+                }
+                let f = match &mut out {
+                    Some(f) => f,
+                    None => {
+                        let mut opts = OpenOptions::new();
+                        opts.write(true)
+                            .create(true)
+                            .truncate(true)
+                            .mode(mode & 0o777);
+                        if no_follow {
+                            opts.custom_flags(libc::O_NOFOLLOW);
+                        }
+                        let f = opts
+                            .open(target)
+                            .with_context(|| format!("cannot create {}", target.display()))?;
+                        out.insert(f)
+                    }
+                };
+                f.write_all(&data)
+                    .with_context(|| format!("writing {}", target.display()))?;
+                written += data.len() as u64;
+                if written >= total_size {
+                    f.set_permissions(fs::Permissions::from_mode(mode & 0o777))?;
+                    return Ok(Ok(()));
+                }
+            }
+            Some(Frame::Error(msg)) => {
+                return Ok(Err(format!(
+                    "{}: {msg}",
+                    String::from_utf8_lossy(requested)
+                )))
+            }
+            Some(_) => {}
+            None => bail!("the sandbox closed the session in the middle of a file"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_colon_path_is_a_sandbox_side_and_other_colons_are_host_paths() {
+        assert_eq!(
+            parse_side(OsStr::new("dev:/etc/x")),
+            Side::Guest {
+                name: "dev".into(),
+                path: b"/etc/x".to_vec()
+            }
+        );
+        assert_eq!(
+            parse_side(OsStr::new("dev:rel/")),
+            Side::Guest {
+                name: "dev".into(),
+                path: b"/work/rel".to_vec()
+            }
+        );
+        assert_eq!(parse_side(OsStr::new("./a:b")), Side::Host("./a:b".into()));
+        assert_eq!(parse_side(OsStr::new("/x:y")), Side::Host("/x:y".into()));
+        assert_eq!(parse_side(OsStr::new("plain")), Side::Host("plain".into()));
+    }
+
+    #[test]
+    fn only_plain_paths_beneath_the_base_are_accepted_from_the_sandbox() {
+        assert_eq!(relative(b"/w", b"/w/a/b"), Some(PathBuf::from("a/b")));
+        assert_eq!(relative(b"/w", b"/w"), Some(PathBuf::new()));
+        assert_eq!(relative(b"/w", b"/w/../etc/passwd"), None);
+        assert_eq!(relative(b"/w", b"/wx/a"), None);
+        assert_eq!(relative(b"/", b"/etc"), Some(PathBuf::from("etc")));
+    }
+
+    #[test]
+    fn guest_paths_join_without_doubled_slashes() {
+        assert_eq!(join(b"/", b"a"), b"/a");
+        assert_eq!(join(b"/w", b"a"), b"/w/a");
+        assert_eq!(basename(b"/w/a.txt"), b"a.txt");
+    }
+}

@@ -1,0 +1,379 @@
+//! `boxdesk exec` and `boxdesk shell`, and the exec session every command
+//! that runs something shares: connect through `<name>.agent`, send one
+//! Exec or ExecPty, forward stdin (its own thread; an empty Stdin frame at
+//! EOF), signals and window sizes (a signalfd the main thread polls beside
+//! the socket), and stream the output as it comes until Exit, TimedOut or
+//! Error.
+//!
+//! File frames that follow Exit (the sandbox's `/results`) are not waited
+//! for: exec returns at Exit; `boxdesk cp NAME:/results/… DST` fetches them.
+//! This module must never buffer a command's output beyond one frame
+//! (except in [`capture`], which is bounded) and never leave the terminal
+//! in raw mode.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context as _};
+use boxdesk::control::ClientError;
+use boxdesk_channel::{
+    ChannelError, Exec, Frame, FrameWriter, SecretBytes, Session, Stream, AGENT_PORT,
+};
+use boxdesk_platform::SandboxPaths;
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::os::fd::AsFd;
+
+use super::{tty, ExecOpts, EXIT_BOXDESK, EXIT_TIMEOUT};
+
+/// The default working directory of an exec.
+pub const DEFAULT_CWD: &str = "/work";
+/// Stdin bytes per frame.
+const STDIN_CHUNK: usize = 64 * 1024;
+/// Most stdout [`capture`] keeps.
+const CAPTURE_MAX: usize = 64 << 20;
+
+/// `boxdesk exec NAME [opts] -- CMD ARGS…`.
+pub fn exec_named(name: &str, opts: &ExecOpts, command: &[OsString]) -> anyhow::Result<i32> {
+    let (_, paths) = super::sandbox_paths(name)?;
+    let exec = build_exec(opts, command)?;
+    let session = connect(&paths, name)?;
+    run_session(session, exec, opts.tty)
+}
+
+/// `boxdesk shell NAME`: `exec -t /bin/sh`.
+pub fn shell(name: &str) -> anyhow::Result<i32> {
+    let opts = ExecOpts {
+        tty: true,
+        timeout: None,
+        cwd: None,
+        env: Vec::new(),
+    };
+    exec_named(name, &opts, &["/bin/sh".into()])
+}
+
+/// Opens an AGCH session with sandbox `name` through its hybrid socket.
+pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Session> {
+    match Session::connect_hybrid(&paths.agent, AGENT_PORT) {
+        Ok(s) => Ok(s),
+        Err(ChannelError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            Err(ClientError::NoSuchSandbox(name.to_owned()).into())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot reach the agent of sandbox {name}")),
+    }
+}
+
+/// The Exec frame for `command` with `opts`.
+pub fn build_exec(opts: &ExecOpts, command: &[OsString]) -> anyhow::Result<Exec> {
+    let Some((cmd, args)) = command.split_first() else {
+        bail!("no command given");
+    };
+    let mut exec = Exec::new(cmd.as_bytes(), args.iter().map(|a| a.as_bytes()));
+    exec.cwd = opts.cwd.as_ref().map_or_else(
+        || DEFAULT_CWD.as_bytes().to_vec(),
+        |c| c.as_bytes().to_vec(),
+    );
+    for kv in &opts.env {
+        exec.env.push(parse_env(kv)?);
+    }
+    if let Some(secs) = opts.timeout {
+        exec.timeout_ms = timeout_ms(secs)?;
+    }
+    Ok(exec)
+}
+
+/// `K=V`, or a bare `K` taking the host's value.
+fn parse_env(kv: &OsStr) -> anyhow::Result<(Vec<u8>, SecretBytes)> {
+    let b = kv.as_bytes();
+    let (k, v) = match b.iter().position(|&c| c == b'=') {
+        Some(i) => (&b[..i], SecretBytes::copy_from(&b[i + 1..])),
+        None => match std::env::var_os(kv) {
+            Some(v) => (b, SecretBytes::new(v.into_vec())),
+            None => bail!("-e {}: not set on the host", kv.to_string_lossy()),
+        },
+    };
+    if k.is_empty() || k.contains(&0) {
+        bail!("-e {}: bad variable name", String::from_utf8_lossy(k));
+    }
+    Ok((k.to_vec(), v))
+}
+
+/// Seconds (fractions allowed) as the protocol's milliseconds.
+pub fn timeout_ms(secs: f64) -> anyhow::Result<u32> {
+    if !secs.is_finite() || secs <= 0.0 {
+        bail!("--timeout must be a positive number of seconds");
+    }
+    let ms = (secs * 1000.0).ceil();
+    if ms > f64::from(u32::MAX) {
+        bail!("--timeout is too large (at most {} s)", u32::MAX / 1000);
+    }
+    Ok(ms as u32)
+}
+
+/// Maps an Exit frame's status to a shell exit code: 0–255 as is, −N
+/// (killed by signal N) as 128+N.
+pub fn exit_code(status: i32) -> i32 {
+    match status {
+        0..=255 => status,
+        s if s < 0 && s > -128 => 128 - s,
+        _ => EXIT_BOXDESK,
+    }
+}
+
+/// The exit code for an exec the agent could not start: 127 for a
+/// missing program, 126 when it may not run, 125 otherwise.
+pub fn error_code(msg: &str) -> i32 {
+    if msg.starts_with("ENOENT:") {
+        127
+    } else if msg.starts_with("EACCES:") || msg.starts_with("EPERM:") || msg.starts_with("ENOEXEC:")
+    {
+        126
+    } else {
+        EXIT_BOXDESK
+    }
+}
+
+type Writer = Arc<Mutex<FrameWriter<Stream>>>;
+
+fn send(w: &Writer, frame: &Frame) -> Result<(), ChannelError> {
+    w.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .write_frame(frame)
+}
+
+/// Runs one exec on `session`, streaming it to this process's stdio, and
+/// returns the exit code. The main thread waits on the socket and a
+/// signalfd together; stdin is read by its own thread (none when stdin is
+/// `/dev/null`: its EOF is sent at once).
+pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Result<i32> {
+    let signals = tty::forwarded_signals();
+    tty::block(&signals).context("blocking signals")?;
+    let sigfd = SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .context("signalfd")?;
+    let frame = if pty {
+        Frame::ExecPty(exec, tty::window_size())
+    } else {
+        Frame::Exec(exec)
+    };
+    session.send(&frame).context("sending the command")?;
+    let raw = if pty { tty::RawMode::enter() } else { None };
+    let (mut reader, writer) = session.into_split();
+    let writer: Writer = Arc::new(Mutex::new(writer));
+
+    if tty::stdin_is_dev_null() {
+        send(&writer, &Frame::Stdin(SecretBytes::default())).context("closing stdin")?;
+    } else {
+        let w = Arc::clone(&writer);
+        std::thread::Builder::new()
+            .name("stdin".into())
+            .spawn(move || forward_stdin(&w))
+            .context("starting the stdin thread")?;
+    }
+
+    let mut interrupts = 0;
+    let outcome = loop {
+        if reader.buffered() == 0 {
+            let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &sigfd)?;
+            if sig_ready {
+                while let Ok(Some(info)) = sigfd.read_signal() {
+                    let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
+                        continue;
+                    };
+                    forward_signal(&writer, sig, pty, &mut interrupts);
+                }
+            }
+            if !sock_ready {
+                continue;
+            }
+        }
+        if let Some(code) = next_output(&mut reader)? {
+            break code;
+        }
+    };
+    drop(raw);
+    Ok(outcome)
+}
+
+/// Polls the session socket and the signalfd; which are readable.
+fn wait_readable(sock: &Stream, sigfd: &SignalFd) -> anyhow::Result<(bool, bool)> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let mut fds = [
+            PollFd::new(sock.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {
+                let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+                return Ok((ready(&fds[0]), ready(&fds[1])));
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e).context("poll"),
+        }
+    }
+}
+
+fn forward_stdin(w: &Writer) {
+    let mut buf = vec![0u8; STDIN_CHUNK];
+    let mut stdin = io::stdin().lock();
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if send(w, &Frame::Stdin(SecretBytes::copy_from(&buf[..n]))).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    buf.iter_mut().for_each(|b| *b = 0);
+    let _ = send(w, &Frame::Stdin(SecretBytes::default()));
+}
+
+/// SIGWINCH becomes Resize (PTY only); SIGINT/TERM/HUP/QUIT become Signal
+/// frames for the command's process group. A third interrupt gives up on
+/// the agent and exits at once.
+fn forward_signal(w: &Writer, sig: Signal, pty: bool, interrupts: &mut u32) {
+    let frame = match sig {
+        Signal::SIGWINCH if pty => Frame::Resize(tty::window_size()),
+        Signal::SIGWINCH => return,
+        other => {
+            *interrupts += 1;
+            if *interrupts >= 3 {
+                tty::restore();
+                std::process::exit(128 + other as i32);
+            }
+            Frame::Signal(other as i32)
+        }
+    };
+    let _ = send(w, &frame);
+}
+
+/// Handles one frame of output; `Some(code)` once the exec is over.
+fn next_output(reader: &mut boxdesk_channel::FrameReader<Stream>) -> anyhow::Result<Option<i32>> {
+    let frame = reader.read_frame().context("reading from the agent")?;
+    Ok(match frame {
+        Some(Frame::Stdout(data)) => {
+            let mut out = io::stdout().lock();
+            if let Err(e) = out.write_all(&data).and_then(|()| out.flush()) {
+                if e.kind() == io::ErrorKind::BrokenPipe {
+                    // As a shell would report a pipeline member killed by SIGPIPE.
+                    return Ok(Some(128 + libc::SIGPIPE));
+                }
+                return Err(e).context("writing stdout");
+            }
+            None
+        }
+        Some(Frame::Stderr(data)) => {
+            let mut err = io::stderr().lock();
+            let _ = err.write_all(&data).and_then(|()| err.flush());
+            None
+        }
+        Some(Frame::Exit(status)) => Some(exit_code(status)),
+        Some(Frame::TimedOut) => {
+            tty::restore();
+            eprintln!("boxdesk: the command timed out and was killed");
+            Some(EXIT_TIMEOUT)
+        }
+        Some(Frame::Error(msg)) => {
+            tty::restore();
+            eprintln!("boxdesk: {msg}");
+            Some(error_code(&msg))
+        }
+        Some(Frame::File { .. }) => None,
+        Some(other) => bail!("unexpected {:?} frame from the agent", other.tag()),
+        None => bail!("the sandbox closed the session before the command exited"),
+    })
+}
+
+/// What [`capture`] collected.
+pub struct Captured {
+    /// The exit code (as [`exit_code`] maps it).
+    pub code: i32,
+    /// Stdout, at most 64 MiB.
+    pub stdout: Vec<u8>,
+    /// Stderr, at most 64 KiB.
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `argv` in sandbox `name` with no stdin and collects its output.
+pub fn capture(paths: &SandboxPaths, name: &str, argv: &[&[u8]]) -> anyhow::Result<Captured> {
+    let mut session = connect(paths, name)?;
+    let (cmd, args) = argv.split_first().context("empty argv")?;
+    let mut exec = Exec::new(*cmd, args.iter().copied());
+    exec.cwd = b"/".to_vec();
+    session.send(&Frame::Exec(exec))?;
+    session.send(&Frame::Stdin(SecretBytes::default()))?;
+    let mut out = Captured {
+        code: EXIT_BOXDESK,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    loop {
+        match session.recv()? {
+            Some(Frame::Stdout(d)) => {
+                if out.stdout.len() + d.len() > CAPTURE_MAX {
+                    bail!("output of {} is over 64 MiB", String::from_utf8_lossy(cmd));
+                }
+                out.stdout.extend_from_slice(&d);
+            }
+            Some(Frame::Stderr(d)) => {
+                let room = (64 * 1024usize).saturating_sub(out.stderr.len());
+                out.stderr.extend_from_slice(&d[..d.len().min(room)]);
+            }
+            Some(Frame::Exit(s)) => {
+                out.code = exit_code(s);
+                return Ok(out);
+            }
+            Some(Frame::TimedOut) => bail!("timed out"),
+            Some(Frame::Error(m)) => bail!("{m}"),
+            Some(_) => {}
+            None => bail!("the sandbox closed the session before the command exited"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_shell_exit_codes() {
+        assert_eq!(exit_code(0), 0);
+        assert_eq!(exit_code(3), 3);
+        assert_eq!(exit_code(-9), 137);
+        assert_eq!(exit_code(-15), 143);
+    }
+
+    #[test]
+    fn exec_errors_map_like_a_shell() {
+        assert_eq!(error_code("ENOENT: no such program"), 127);
+        assert_eq!(error_code("EACCES: permission denied"), 126);
+        assert_eq!(error_code("EIO: oops"), 125);
+    }
+
+    #[test]
+    fn timeouts_are_positive_and_rounded_up_to_milliseconds() {
+        assert_eq!(timeout_ms(0.5).unwrap(), 500);
+        assert_eq!(timeout_ms(0.0001).unwrap(), 1);
+        assert!(timeout_ms(0.0).is_err());
+        assert!(timeout_ms(f64::NAN).is_err());
+        assert!(timeout_ms(1e12).is_err());
+    }
+
+    #[test]
+    fn env_takes_k_equals_v_and_refuses_an_empty_name() {
+        let (k, v) = parse_env(OsStr::new("A=b=c")).unwrap();
+        assert_eq!((k.as_slice(), v.as_slice()), (&b"A"[..], &b"b=c"[..]));
+        assert!(parse_env(OsStr::new("=x")).is_err());
+    }
+}

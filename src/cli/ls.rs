@@ -1,0 +1,269 @@
+//! `boxdesk ls`, `boxdesk info` and `boxdesk stop`: the registry view of
+//! the runtime dir, one control connection per sandbox.
+//!
+//! This module owns the table and JSON shapes and waiting for a stopped
+//! helper to vanish. It must never remove a socket a helper still answers
+//! on (stale ones only, through the platform's non-blocking probe) and
+//! never signal a pid that is no longer the helper it asked.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use boxdesk::control::ControlClient;
+use boxdesk_platform::socket::{self, Staleness};
+use boxdesk_platform::{dirs, names, SandboxPaths};
+
+use super::run::STOP_WAIT;
+
+/// The table's columns and the info keys behind them.
+const COLUMNS: [(&str, &str); 7] = [
+    ("NAME", "name"),
+    ("BACKEND", "backend"),
+    ("ISOLATION", "isolation"),
+    ("STATE", "state"),
+    ("CPUS", "vcpus"),
+    ("MEM", "mem_mib"),
+    ("UPTIME", "uptime_ms"),
+];
+
+/// Info keys printed as JSON numbers.
+const NUMERIC: [&str; 7] = [
+    "proto",
+    "pid",
+    "vcpus",
+    "mem_mib",
+    "uptime_ms",
+    "ready_ms",
+    "sandbox_pid",
+];
+
+/// `boxdesk ls [--json]`.
+pub fn ls(json: bool) -> anyhow::Result<i32> {
+    let runtime = dirs::runtime_dir()?;
+    let mut names: Vec<String> = fs::read_dir(&runtime)
+        .with_context(|| format!("reading {}", runtime.display()))?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|f| f.strip_suffix(".sock").map(str::to_owned))
+        .filter(|n| names::validate_name(n).is_ok())
+        .collect();
+    names.sort();
+    let mut rows = Vec::new();
+    for name in names {
+        let paths = SandboxPaths::new(&runtime, &name)?;
+        match socket::clear_if_stale(&paths.sock) {
+            Ok(Staleness::Live) => {}
+            Ok(Staleness::Removed) => {
+                tracing::info!("removed the stale socket of {name}");
+                let _ = socket::clear_if_stale(&paths.agent);
+                continue;
+            }
+            Ok(Staleness::Absent) => continue,
+            Err(e) => {
+                tracing::warn!("{e}");
+                continue;
+            }
+        }
+        match ControlClient::connect(&paths.sock, &name).and_then(|mut c| c.info()) {
+            Ok(info) => rows.push(info),
+            Err(e) => {
+                tracing::warn!("{name}: {e}");
+                rows.push(vec![
+                    ("name".into(), name.clone()),
+                    ("state".into(), "unknown".into()),
+                ]);
+            }
+        }
+    }
+    if json {
+        println!("{}", to_json(&rows));
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(0)
+}
+
+fn get<'a>(row: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    row.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// The rows as an array of objects, numbers where the key is numeric.
+fn to_json(rows: &[Vec<(String, String)>]) -> String {
+    let array: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            let mut obj = serde_json::Map::new();
+            for (k, v) in row {
+                let value = match v.parse::<u64>() {
+                    Ok(n) if NUMERIC.contains(&k.as_str()) => serde_json::Value::from(n),
+                    _ => serde_json::Value::from(v.as_str()),
+                };
+                obj.insert(k.clone(), value);
+            }
+            serde_json::Value::Object(obj)
+        })
+        .collect();
+    serde_json::Value::Array(array).to_string()
+}
+
+fn table(rows: &[Vec<(String, String)>]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            COLUMNS
+                .iter()
+                .map(|(_, key)| {
+                    let v = get(row, key).unwrap_or("-");
+                    match *key {
+                        "mem_mib" if v != "-" => format!("{v}M"),
+                        "uptime_ms" => v.parse().map_or_else(|_| "-".into(), human_ms),
+                        _ => v.to_owned(),
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut widths: Vec<usize> = COLUMNS.iter().map(|(h, _)| h.len()).collect();
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cols: &mut dyn Iterator<Item = &str>| {
+        let mut s = cols
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        s
+    };
+    let mut out = line(&mut COLUMNS.iter().map(|(h, _)| *h));
+    for row in &cells {
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
+    }
+    out
+}
+
+/// `3s`, `4m05s`, `2h10m`, `3d04h`.
+fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// `boxdesk info NAME`.
+pub fn info(name: &str) -> anyhow::Result<i32> {
+    let (_, paths) = super::sandbox_paths(name)?;
+    let info = ControlClient::connect(&paths.sock, name)?.info()?;
+    for (k, v) in info {
+        println!("{k} {v}");
+    }
+    Ok(0)
+}
+
+/// `boxdesk stop NAME`: returns once the helper has exited; after
+/// [`STOP_WAIT`] it is killed.
+pub fn stop(name: &str) -> anyhow::Result<i32> {
+    let (_, paths) = super::sandbox_paths(name)?;
+    let mut client = ControlClient::connect(&paths.sock, name)?;
+    let info = client.info()?;
+    let pid: Option<i32> = get(&info, "pid").and_then(|p| p.parse().ok());
+    let started = pid.and_then(start_time);
+    client.stop()?;
+    if let (Some(pid), Some(started)) = (pid, started) {
+        let deadline = Instant::now() + STOP_WAIT;
+        while alive(pid, started) {
+            if Instant::now() > deadline {
+                tracing::warn!(
+                    "helper {pid} of {name} still running after {STOP_WAIT:?}; killing it"
+                );
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let kill_deadline = Instant::now() + Duration::from_secs(2);
+                while alive(pid, started) && Instant::now() < kill_deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let _ = socket::clear_if_stale(&paths.sock);
+    let _ = socket::clear_if_stale(&paths.agent);
+    Ok(0)
+}
+
+/// `/proc/<pid>/stat`: (state, start time in clock ticks).
+fn stat(pid: i32) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let state = fields.first()?.chars().next()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn start_time(pid: i32) -> Option<u64> {
+    stat(pid).map(|(_, t)| t)
+}
+
+/// Still the same process, and not a zombie.
+fn alive(pid: i32, started: u64) -> bool {
+    matches!(stat(pid), Some((state, t)) if t == started && state != 'Z' && state != 'X')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptimes_read_as_a_person_would_say_them() {
+        assert_eq!(human_ms(4_500), "4s");
+        assert_eq!(human_ms(245_000), "4m05s");
+        assert_eq!(human_ms(7_800_000), "2h10m");
+        assert_eq!(human_ms(273_600_000), "3d04h");
+    }
+
+    #[test]
+    fn the_table_has_a_header_and_one_aligned_row_per_sandbox() {
+        let row: Vec<(String, String)> = [
+            ("name", "a"),
+            ("backend", "namespace"),
+            ("isolation", "namespaces"),
+            ("state", "running"),
+            ("vcpus", "2"),
+            ("mem_mib", "512"),
+            ("uptime_ms", "61000"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let t = table(std::slice::from_ref(&row));
+        assert_eq!(
+            t,
+            "NAME  BACKEND    ISOLATION   STATE    CPUS  MEM   UPTIME\n\
+             a     namespace  namespaces  running  2     512M  1m01s\n"
+        );
+        let j: serde_json::Value = serde_json::from_str(&to_json(&[row])).unwrap();
+        assert_eq!(j[0]["vcpus"], 2);
+        assert_eq!(j[0]["backend"], "namespace");
+    }
+
+    #[test]
+    fn this_process_is_alive_by_its_own_start_time() {
+        let me = std::process::id() as i32;
+        let t = start_time(me).unwrap();
+        assert!(alive(me, t));
+        assert!(!alive(me, t + 1));
+    }
+}

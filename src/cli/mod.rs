@@ -1,0 +1,299 @@
+//! The command line: clap definitions, logging set-up, and the mapping of
+//! outcomes to exit codes (the command's own status; 128+N for a signal;
+//! 124 for `--timeout`; 125 when boxdesk itself failed).
+//!
+//! This module owns argument parsing and exit codes. It must never hold
+//! sandbox logic: each sub-command is a thin module over the library.
+
+mod cp;
+mod doctor;
+mod exec;
+mod ls;
+mod run;
+mod tty;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use boxdesk::sandbox::helper::{self, HelperOptions};
+use boxdesk::sandbox::Backend;
+use boxdesk_platform::{dirs, SandboxPaths};
+use clap::{Args, Parser, Subcommand};
+
+/// Exit code when boxdesk itself failed.
+pub const EXIT_BOXDESK: i32 = 125;
+/// Exit code when `--timeout` expired.
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// boxdesk: run commands in sandboxes.
+///
+/// Only the namespace backend (bubblewrap: user, mount, pid, uts, ipc and
+/// net namespaces plus a seccomp filter) exists so far; VM backends are not
+/// implemented yet. Exit codes: the command's own status, 128+N when it was
+/// killed by signal N, 124 when --timeout expired, 125 when boxdesk itself
+/// failed.
+#[derive(Debug, Parser)]
+#[command(name = "boxdesk", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Start a sandbox: run CMD in it and tear it down, open a shell, or
+    /// leave it running (--detach).
+    Run(RunArgs),
+    /// Run a command in a running sandbox.
+    Exec(ExecArgs),
+    /// Open an interactive shell in a running sandbox (exec -t /bin/sh).
+    Shell {
+        /// The sandbox.
+        name: String,
+    },
+    /// Copy files between the host and a sandbox: `cp SRC NAME:PATH` or
+    /// `cp NAME:PATH DST`.
+    Cp(CpArgs),
+    /// List running sandboxes (stale sockets are removed).
+    Ls {
+        /// Print a JSON array of objects instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a sandbox; returns once its helper has exited (at most 10 s,
+    /// then it is killed).
+    Stop {
+        /// The sandbox.
+        name: String,
+    },
+    /// Print a sandbox's `info` lines.
+    Info {
+        /// The sandbox.
+        name: String,
+    },
+    /// Say which backends can run here, and why not.
+    Doctor,
+    /// The per-sandbox helper process (internal).
+    #[command(name = "__vmm", hide = true)]
+    Vmm(VmmArgs),
+}
+
+/// Options shared by `run` and `exec` for the command they run.
+#[derive(Debug, Clone, Args)]
+pub struct ExecOpts {
+    /// Run the command on a pseudo-terminal (raw mode, window size follows).
+    #[arg(short = 't', long = "tty")]
+    pub tty: bool,
+    /// Kill the command after SECS seconds (exit code 124).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Working directory inside the sandbox [default: /work].
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<OsString>,
+    /// Set an environment variable (K=V; a bare K takes the host's value).
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    pub env: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Sandbox name [default: a free generated bx-XXXX].
+    #[arg(long)]
+    name: Option<String>,
+    /// auto, kvm, hvf or namespace [default: $BOXDESK_BACKEND, else auto].
+    #[arg(long)]
+    backend: Option<String>,
+    /// vCPUs to record (the namespace backend does not enforce it).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    cpus: u32,
+    /// Memory in MiB to record (the namespace backend does not enforce it).
+    #[arg(long, value_name = "MiB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(16..))]
+    mem: u32,
+    /// Share the host's network (default: none, only a private loopback).
+    #[arg(long)]
+    net: bool,
+    /// Keep the sandbox's state dir and log after it stops.
+    #[arg(long)]
+    keep: bool,
+    /// Leave the sandbox running in the background and print its name.
+    #[arg(long, short = 'd', conflicts_with = "command")]
+    detach: bool,
+    #[command(flatten)]
+    exec: ExecOpts,
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct ExecArgs {
+    /// The sandbox.
+    name: String,
+    #[command(flatten)]
+    exec: ExecOpts,
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct CpArgs {
+    /// Copy directories recursively.
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// A host path or NAME:PATH.
+    src: OsString,
+    /// A host path or NAME:PATH.
+    dst: OsString,
+}
+
+#[derive(Debug, Args)]
+struct VmmArgs {
+    #[arg(long)]
+    name: String,
+    #[arg(long, default_value = "namespace")]
+    backend: String,
+    #[arg(long, default_value_t = 1)]
+    cpus: u32,
+    #[arg(long, default_value_t = 512)]
+    mem: u32,
+    #[arg(long)]
+    net: bool,
+    #[arg(long)]
+    keep: bool,
+    /// A descriptor to write one byte to once ready.
+    #[arg(long)]
+    ready_fd: Option<i32>,
+    /// Started by a foreground `run`: log only warnings.
+    #[arg(long)]
+    foreground: bool,
+}
+
+/// Parses the arguments, runs the command and returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 0,
+                _ => EXIT_BOXDESK,
+            };
+        }
+    };
+    let detached_helper = matches!(&cli.cmd, Cmd::Vmm(a) if !a.foreground);
+    init_logging(detached_helper);
+    let outcome = match cli.cmd {
+        Cmd::Run(a) => run::run(run::RunRequest {
+            name: a.name,
+            backend: a.backend,
+            cpus: a.cpus,
+            mem_mib: a.mem,
+            net: a.net,
+            keep: a.keep,
+            detach: a.detach,
+            exec: a.exec,
+            command: a.command,
+        }),
+        Cmd::Exec(a) => exec::exec_named(&a.name, &a.exec, &a.command),
+        Cmd::Shell { name } => exec::shell(&name),
+        Cmd::Cp(a) => cp::cp(&a.src, &a.dst, a.recursive),
+        Cmd::Ls { json } => ls::ls(json),
+        Cmd::Stop { name } => ls::stop(&name),
+        Cmd::Info { name } => ls::info(&name),
+        Cmd::Doctor => doctor::doctor(),
+        Cmd::Vmm(a) => vmm(a),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("boxdesk: {e:#}");
+            EXIT_BOXDESK
+        }
+    }
+}
+
+/// `RUST_LOG` when set; otherwise warnings, and info for a detached
+/// helper. Logs go to stderr (a detached helper's stderr is its log).
+fn init_logging(verbose: bool) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::EnvFilter;
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false);
+    let default = if verbose {
+        LevelFilter::INFO
+    } else {
+        LevelFilter::WARN
+    };
+    // Without RUST_LOG, a plain level: no filter to parse on every exec.
+    let _ = match std::env::var_os("RUST_LOG") {
+        Some(_) => builder
+            .with_env_filter(
+                EnvFilter::builder()
+                    .with_default_directive(default.into())
+                    .from_env_lossy(),
+            )
+            .try_init(),
+        None => builder.with_max_level(default).try_init(),
+    };
+}
+
+fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
+    let backend: Backend = a.backend.parse()?;
+    backend.resolve()?;
+    let foreground = a.foreground;
+    let ready = match a.ready_fd {
+        Some(fd) => Some(tty::adopt_fd(fd).context("--ready-fd")?),
+        None => None,
+    };
+    let opts = HelperOptions {
+        name: a.name,
+        cpus: a.cpus,
+        mem_mib: a.mem,
+        net: a.net,
+        keep: a.keep,
+        ready,
+    };
+    match helper::run(opts) {
+        Ok(never) => match never {},
+        // A foreground helper's stderr is the user's terminal: say it
+        // plainly; a detached one's is its log.
+        Err(e) if foreground => {
+            eprintln!("boxdesk: {e}");
+            Ok(1)
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            Ok(1)
+        }
+    }
+}
+
+/// The runtime dir and the paths of sandbox `name`, refusing a bad name or
+/// an unsafe runtime dir.
+pub fn sandbox_paths(name: &str) -> anyhow::Result<(PathBuf, SandboxPaths)> {
+    let dir = dirs::runtime_dir()?;
+    let paths = SandboxPaths::new(&dir, name)?;
+    Ok((dir, paths))
+}
+
+/// Refuses a backend that cannot run; `None` means `$BOXDESK_BACKEND` or
+/// auto.
+pub fn chosen_backend(flag: Option<&str>) -> anyhow::Result<Backend> {
+    let word = match flag {
+        Some(w) => w.to_owned(),
+        None => match std::env::var("BOXDESK_BACKEND") {
+            Ok(w) if !w.is_empty() => w,
+            Ok(_) | Err(std::env::VarError::NotPresent) => "auto".to_owned(),
+            Err(std::env::VarError::NotUnicode(_)) => bail!("BOXDESK_BACKEND is not UTF-8"),
+        },
+    };
+    let backend: Backend = word.parse()?;
+    Ok(backend.resolve()?)
+}

@@ -1,0 +1,306 @@
+//! `boxdesk run`: start a helper (`boxdesk __vmm`) for a new sandbox, wait
+//! for its readiness byte, then run the command in it and stop it, open a
+//! shell, or leave it running (`--detach`).
+//!
+//! Readiness is a pipe: the helper writes one byte once the agent answered
+//! a channel handshake, and the pipe closes without a byte if it fails, so
+//! nothing here polls. A foreground helper is in its own process group (the
+//! terminal's ^C reaches only this process, which forwards it to the
+//! command) and gets SIGTERM if this process dies. This module must never
+//! leave a foreground sandbox running when it returns.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use boxdesk::control::ControlClient;
+use boxdesk_channel::{Session, AGENT_PORT};
+use boxdesk_platform::{names, socket, SandboxPaths};
+
+use super::{exec, tty, ExecOpts};
+
+/// The descriptor the helper finds its readiness pipe on.
+const READY_FD: i32 = 3;
+/// How long `stop` waits for a helper before killing it.
+pub const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// `boxdesk run`'s arguments.
+pub struct RunRequest {
+    pub name: Option<String>,
+    pub backend: Option<String>,
+    pub cpus: u32,
+    pub mem_mib: u32,
+    pub net: bool,
+    pub keep: bool,
+    pub detach: bool,
+    pub exec: ExecOpts,
+    pub command: Vec<OsString>,
+}
+
+/// `boxdesk run`.
+pub fn run(req: RunRequest) -> anyhow::Result<i32> {
+    let backend = super::chosen_backend(req.backend.as_deref())?;
+    let runtime = boxdesk_platform::dirs::runtime_dir()?;
+    let generated = req.name.is_none();
+    let name = match req.name.clone() {
+        Some(n) => {
+            names::validate_name(&n)?;
+            n
+        }
+        None => free_name(&runtime)?,
+    };
+    let paths = SandboxPaths::new(&runtime, &name)?;
+    // Build the exec first so a bad --timeout or -e fails before starting.
+    let exec_frame = match (&req.command[..], req.detach) {
+        ([], true) => None,
+        ([], false) => {
+            let shell = ["/bin/sh".into()];
+            let mut opts = req.exec.clone();
+            opts.tty = opts.tty || tty::is_tty(tty::stdin_fd());
+            Some((exec::build_exec(&opts, &shell)?, opts.tty))
+        }
+        (cmd, _) => Some((exec::build_exec(&req.exec, cmd)?, req.exec.tty)),
+    };
+
+    let mut helper = Helper::spawn(&req, &name, &backend.to_string(), &paths)?;
+    if let Err(e) = helper.wait_ready() {
+        return Err(e.context(format!("sandbox {name} failed to start")));
+    }
+    let Some((exec, pty)) = exec_frame else {
+        // Detached: check the way a user will reach it, then let it go.
+        ControlClient::connect(&paths.sock, &name)?
+            .info()
+            .context("the new sandbox does not answer info")?;
+        Session::connect_hybrid(&paths.agent, AGENT_PORT)
+            .context("the new sandbox's agent does not answer")?;
+        if generated {
+            eprintln!("boxdesk: started sandbox {name}");
+        }
+        println!("{name}");
+        helper.detached = true;
+        return Ok(0);
+    };
+    if generated && req.command.is_empty() {
+        eprintln!("boxdesk: sandbox {name} (exit the shell to stop it)");
+    }
+    let outcome = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, pty));
+    helper.stop(&paths, &name);
+    outcome
+}
+
+/// A free generated name, `bx-` and 4 hex digits.
+fn free_name(runtime: &std::path::Path) -> anyhow::Result<String> {
+    let mut seed = std::process::id() as u64 ^ nanos();
+    for _ in 0..64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let name = format!("bx-{:04x}", (seed >> 48) as u16);
+        let sock = runtime.join(format!("{name}.sock"));
+        if !socket::is_live(&sock) && !runtime.join(format!("{name}.lock")).exists() {
+            return Ok(name);
+        }
+    }
+    bail!("no free sandbox name found; pass --name")
+}
+
+fn nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A helper process this command started.
+struct Helper {
+    child: Child,
+    ready: Option<File>,
+    log: std::path::PathBuf,
+    /// Where this run's part of the log starts (detached helpers only).
+    log_start: Option<u64>,
+    detached: bool,
+}
+
+impl Helper {
+    fn spawn(
+        req: &RunRequest,
+        name: &str,
+        backend: &str,
+        paths: &SandboxPaths,
+    ) -> anyhow::Result<Helper> {
+        let exe = std::env::current_exe().context("locating the boxdesk binary")?;
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .context("creating the readiness pipe")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("__vmm")
+            .args(["--name", name, "--backend", backend])
+            .args([
+                "--cpus",
+                &req.cpus.to_string(),
+                "--mem",
+                &req.mem_mib.to_string(),
+            ])
+            .args(["--ready-fd", &READY_FD.to_string()])
+            // Holding the caller's cwd would keep it busy for the
+            // sandbox's whole life.
+            .current_dir("/")
+            .stdin(Stdio::null());
+        if req.net {
+            cmd.arg("--net");
+        }
+        if req.keep {
+            cmd.arg("--keep");
+        }
+        let mut log_start = None;
+        let write_raw = write.as_raw_fd();
+        if req.detach {
+            let log = open_log(&paths.log)?;
+            log_start = Some(log.metadata().map_or(0, |m| m.len()));
+            cmd.stdout(log.try_clone()?).stderr(log);
+            // SAFETY: the hook only calls async-signal-safe functions
+            // (setsid, dup2, fcntl) on descriptors open in the parent.
+            unsafe {
+                cmd.pre_exec(move || {
+                    tty::child_detached()?;
+                    tty::place_fd(write_raw, READY_FD)
+                });
+            }
+        } else {
+            cmd.arg("--foreground").stdout(Stdio::null());
+            let parent = std::process::id() as libc::pid_t;
+            // SAFETY: as above; setpgid, prctl and getppid are
+            // async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    tty::child_of_foreground(parent)?;
+                    tty::place_fd(write_raw, READY_FD)
+                });
+            }
+        }
+        let child = cmd.spawn().context("starting the sandbox helper")?;
+        drop::<OwnedFd>(write);
+        Ok(Helper {
+            child,
+            ready: Some(File::from(read)),
+            log: paths.log.clone(),
+            log_start,
+            detached: false,
+        })
+    }
+
+    /// Blocks until the helper's readiness byte, or its failure.
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let mut byte = [0u8; 1];
+        let ready = self.ready.as_mut().context("no readiness pipe")?;
+        loop {
+            match ready.read(&mut byte) {
+                Ok(1) => return Ok(()),
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("reading the readiness pipe"),
+            }
+        }
+        let status = self.child.wait()?;
+        self.detached = true;
+        if let Some(start) = self.log_start {
+            // A detached helper's errors are in its log, not on our stderr.
+            let text = log_since(&self.log, start);
+            if !text.is_empty() {
+                eprintln!("{text}");
+            }
+        }
+        bail!("the helper exited ({status}) before the sandbox was ready")
+    }
+
+    /// Asks the helper to stop and waits for it (killing it after
+    /// [`STOP_WAIT`]).
+    fn stop(&mut self, paths: &SandboxPaths, name: &str) {
+        if let Err(e) = ControlClient::connect(&paths.sock, name).and_then(|mut c| c.stop()) {
+            tracing::warn!("stopping sandbox {name}: {e}");
+            let _ = self.child.kill();
+        }
+        // The helper holds its end of the readiness pipe until it exits.
+        if !self.wait_pipe_closed(STOP_WAIT) {
+            tracing::warn!("sandbox {name} did not stop within {STOP_WAIT:?}; killing its helper");
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        self.detached = true;
+    }
+
+    /// Waits for end-of-file on the readiness pipe, at most `limit`.
+    fn wait_pipe_closed(&mut self, limit: Duration) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let Some(pipe) = self.ready.as_mut() else {
+            return false;
+        };
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = PollTimeout::try_from(left.as_millis().min(60_000) as i32)
+                .unwrap_or(PollTimeout::NONE);
+            let mut fds = [PollFd::new(
+                std::os::fd::AsFd::as_fd(pipe),
+                PollFlags::POLLIN,
+            )];
+            match poll(&mut fds, ms) {
+                Ok(0) => return false,
+                Ok(_) => {
+                    let mut b = [0u8; 16];
+                    match pipe.read(&mut b) {
+                        Ok(0) | Err(_) => return true,
+                        Ok(_) => {}
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return false,
+            }
+            if left.is_zero() {
+                return false;
+            }
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        if !self.detached {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn open_log(path: &std::path::Path) -> anyhow::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// What was appended to the log since `start`, at most its last 4 KiB,
+/// sanitised.
+fn log_since(path: &std::path::Path, start: u64) -> String {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let _ = f.seek(SeekFrom::Start(start.max(len.saturating_sub(4096))));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    text.trim_end()
+        .lines()
+        .map(|l| boxdesk_channel::sanitize_error(l).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

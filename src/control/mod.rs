@@ -1,0 +1,13 @@
+//! The host control socket `<name>.sock` (DESIGN.md "Host control
+//! socket"): the pure protocol, the helper's server and the CLI's client.
+//!
+//! This module owns the wire contract of that socket and nothing about
+//! sandboxes themselves: what `info` says and what `stop` does are the
+//! helper's ([`crate::sandbox::helper`]).
+
+pub mod client;
+pub mod protocol;
+pub mod server;
+
+pub use client::{ClientError, ControlClient};
+pub use server::Sandbox;

@@ -1,0 +1,512 @@
+//! `<name>.agent`: the hybrid socket in front of the agent. A client writes
+//! `CONNECT 1024\n`, gets `OK <n>\n`, and from then on its bytes are copied
+//! to a fresh connection to the agent's own Unix socket and back.
+//!
+//! This module owns the preamble and the byte copying: one thread per
+//! connection (started ahead of need) relaying both ways over non-blocking
+//! sockets and `poll`,
+//! a 64 KiB buffer per direction, a half-close passed on as a half-close,
+//! any error ending that connection only. It must never look inside the AGCH
+//! stream, never buffer more than one read per direction, and never let a
+//! peer of another uid through.
+
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use boxdesk_channel::AGENT_PORT;
+use boxdesk_platform::socket::ensure_same_uid;
+use boxdesk_platform::SUN_PATH_MAX;
+
+/// Longest `CONNECT <port>\n` line read.
+const PREAMBLE_MAX: usize = 64;
+/// How long a client may take to send its preamble.
+const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Copy buffer per direction.
+const COPY_BUF: usize = 64 * 1024;
+/// Stack of a relay thread (its buffers are on the heap).
+const THREAD_STACK: usize = 64 * 1024;
+
+/// The agent's listening socket as the helper reaches it: by path when the
+/// path fits in `sun_path`, else through `/proc/self/fd/<dir>/<file>`.
+#[derive(Debug)]
+pub struct AgentAddr {
+    path: PathBuf,
+    _dir: Option<OwnedFd>,
+}
+
+impl AgentAddr {
+    /// The agent socket at `sock` (which need not exist yet).
+    pub fn new(sock: &Path) -> io::Result<Self> {
+        if sock.as_os_str().len() < SUN_PATH_MAX {
+            return Ok(Self {
+                path: sock.to_owned(),
+                _dir: None,
+            });
+        }
+        let dir = sock.parent().unwrap_or(Path::new("/"));
+        let file = sock.file_name().unwrap_or_default();
+        let fd: OwnedFd = std::fs::File::open(dir)?.into();
+        let path = Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())).join(file);
+        Ok(Self {
+            path,
+            _dir: Some(fd),
+        })
+    }
+
+    /// Connects to the agent.
+    pub fn connect(&self) -> io::Result<UnixStream> {
+        UnixStream::connect(&self.path)
+    }
+}
+
+/// Serves hybrid connections forever, one thread each. The threads take
+/// turns in `accept` themselves (leader/followers), so a connection wakes
+/// exactly one thread, which handles it at once; whenever the last idle one
+/// takes a connection, a new one is started to accept the next, and at
+/// most [`IDLE_MAX`] stay around idle. The calling thread is one of them
+/// for good; it returns only when `accept` fails for good.
+pub fn serve(listener: UnixListener, agent: Arc<AgentAddr>) -> io::Error {
+    let pool = Arc::new(Pool {
+        listener,
+        idle: AtomicUsize::new(1),
+        port: AtomicU32::new(49152),
+        agent,
+    });
+    pool.grow();
+    loop {
+        if let Err(e) = pool.take_one() {
+            return e;
+        }
+        pool.idle.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Most threads kept idle in `accept`.
+const IDLE_MAX: usize = 2;
+
+/// The listener and the threads taking turns on it.
+struct Pool {
+    listener: UnixListener,
+    /// Threads in (or about to enter) `accept`.
+    idle: AtomicUsize,
+    port: AtomicU32,
+    agent: Arc<AgentAddr>,
+}
+
+impl Pool {
+    fn grow(self: &Arc<Self>) {
+        let pool = Arc::clone(self);
+        self.idle.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name("agent-fwd".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || pool.work());
+        if let Err(e) = spawned {
+            self.idle.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("cannot start an agent forwarding thread: {e}");
+        }
+    }
+
+    /// A follower: serves connections until too many threads are idle.
+    fn work(self: Arc<Self>) {
+        loop {
+            if self.take_one().is_err() {
+                return;
+            }
+            if self.idle.fetch_add(1, Ordering::SeqCst) >= IDLE_MAX {
+                self.idle.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+
+    /// Accepts one connection and serves it to the end. Called as an idle
+    /// thread; returns as a busy one, or no longer counted at all with the
+    /// error that ends serving.
+    fn take_one(self: &Arc<Self>) -> Result<(), io::Error> {
+        loop {
+            match self.listener.accept() {
+                Ok((client, _)) => {
+                    // The last idle thread starts the next one before it works.
+                    if self.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        self.grow();
+                    }
+                    let port = self.port.fetch_add(1, Ordering::Relaxed) + 1;
+                    handle(client, &self.agent, port);
+                    return Ok(());
+                }
+                Err(e) if crate::control::server::transient(&e) => {
+                    tracing::warn!("agent accept: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    self.idle.fetch_sub(1, Ordering::SeqCst);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// What a preamble asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Preamble {
+    /// `CONNECT <port>`.
+    Connect(u32),
+    /// Anything else, with the reason.
+    Bad(&'static str),
+}
+
+/// Parses the preamble line (without `\n`).
+pub fn parse_preamble(line: &[u8]) -> Preamble {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Some(port) = line.strip_prefix(b"CONNECT ") else {
+        return Preamble::Bad("expected CONNECT <port>");
+    };
+    match std::str::from_utf8(port).ok().and_then(|p| p.parse().ok()) {
+        Some(port) => Preamble::Connect(port),
+        None => Preamble::Bad("bad port"),
+    }
+}
+
+fn handle(mut client: UnixStream, agent: &AgentAddr, host_port: u32) {
+    if let Err(e) = ensure_same_uid(&client) {
+        tracing::warn!("agent socket: refused a peer: {e}");
+        let _ = client.write_all(b"ERR permission denied\n");
+        return;
+    }
+    let (line, extra) = match read_preamble(&mut client) {
+        Ok(parts) => parts,
+        Err(why) => {
+            let _ = client.write_all(format!("ERR {why}\n").as_bytes());
+            return;
+        }
+    };
+    match parse_preamble(&line) {
+        Preamble::Connect(AGENT_PORT) => {}
+        Preamble::Connect(other) => {
+            let _ = client.write_all(
+                format!("ERR no listener on port {other}; the agent is on {AGENT_PORT}\n")
+                    .as_bytes(),
+            );
+            return;
+        }
+        Preamble::Bad(why) => {
+            let _ = client.write_all(format!("ERR {why}\n").as_bytes());
+            return;
+        }
+    }
+    let upstream = match agent.connect() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("agent socket: cannot reach the agent: {e}");
+            let _ = client.write_all(b"ERR the agent is not reachable\n");
+            return;
+        }
+    };
+    if client.set_read_timeout(None).is_err()
+        || client
+            .write_all(format!("OK {host_port}\n").as_bytes())
+            .is_err()
+    {
+        return;
+    }
+    relay(client, upstream, extra);
+}
+
+/// Reads up to the preamble's `\n`; bytes after it belong to the stream.
+fn read_preamble(client: &mut UnixStream) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
+    client
+        .set_read_timeout(Some(PREAMBLE_TIMEOUT))
+        .map_err(|_| "socket error")?;
+    let mut buf = [0u8; PREAMBLE_MAX];
+    let mut have = 0;
+    loop {
+        if let Some(i) = buf[..have].iter().position(|&b| b == b'\n') {
+            return Ok((buf[..i].to_vec(), buf[i + 1..have].to_vec()));
+        }
+        if have == buf.len() {
+            return Err("preamble line too long");
+        }
+        match client.read(&mut buf[have..]) {
+            Ok(0) => return Err("closed before the preamble ended"),
+            Ok(n) => have += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err("no preamble in time"),
+        }
+    }
+}
+
+/// One direction of a relay: bytes read from one side, not yet written to
+/// the other.
+struct Dir {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The source reached end of stream.
+    eof: bool,
+    /// That end was passed on as a half-close.
+    shut: bool,
+}
+
+impl Dir {
+    fn new(pending: Vec<u8>) -> Self {
+        let end = pending.len();
+        let mut buf = pending;
+        buf.resize(COPY_BUF.max(end), 0);
+        Dir {
+            buf,
+            start: 0,
+            end,
+            eof: false,
+            shut: false,
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.start < self.end
+    }
+
+    /// Reads once if there is room; false when the connection is broken.
+    fn fill(&mut self, from: &mut UnixStream) -> bool {
+        if self.pending() || self.eof {
+            return true;
+        }
+        self.start = 0;
+        self.end = 0;
+        match from.read(&mut self.buf) {
+            Ok(0) => self.eof = true,
+            Ok(n) => self.end = n,
+            Err(e) if would_block(&e) => {}
+            Err(_) => return false,
+        }
+        true
+    }
+
+    /// Writes what is pending, then passes on a half-close once drained;
+    /// false when the connection is broken.
+    fn drain(&mut self, to: &mut UnixStream) -> bool {
+        while self.pending() {
+            match to.write(&self.buf[self.start..self.end]) {
+                Ok(0) => return false,
+                Ok(n) => self.start += n,
+                Err(e) if would_block(&e) => return true,
+                Err(_) => return false,
+            }
+        }
+        if self.eof && !self.shut {
+            self.shut = true;
+            let _ = to.shutdown(Shutdown::Write);
+        }
+        true
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+/// Copies bytes both ways between `client` and `agent` on this one thread
+/// (non-blocking sockets and `poll`), `first` being client bytes already
+/// read. An end of stream is passed on as a half-close; any error closes
+/// both sides, so each peer sees the connection end.
+fn relay(mut client: UnixStream, mut agent: UnixStream, first: Vec<u8>) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    if client.set_nonblocking(true).is_err() || agent.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut up = Dir::new(first);
+    let mut down = Dir::new(Vec::new());
+    // Whether the last poll saw a side hung up (closed both ways) or failed.
+    let (mut client_hup, mut agent_hup) = (false, false);
+    loop {
+        let ok = up.fill(&mut client)
+            && up.drain(&mut agent)
+            && down.fill(&mut agent)
+            && down.drain(&mut client);
+        // A side that hung up and has nothing left to read can take no
+        // more either: without this, poll would report it forever.
+        let gone =
+            (client_hup && up.eof && !up.pending()) || (agent_hup && down.eof && !down.pending());
+        if !ok || gone || (up.shut && down.shut) {
+            break;
+        }
+        let wants = |reading: &Dir, writing: &Dir| {
+            let mut f = PollFlags::empty();
+            if !reading.pending() && !reading.eof {
+                f |= PollFlags::POLLIN;
+            }
+            if writing.pending() {
+                f |= PollFlags::POLLOUT;
+            }
+            f
+        };
+        let (cw, aw) = (wants(&up, &down), wants(&down, &up));
+        // A side already seen hung up, from which nothing is wanted now,
+        // would wake every poll: leave it out until something is wanted.
+        let mut fds = Vec::with_capacity(2);
+        let mut which = Vec::with_capacity(2);
+        if !(client_hup && cw.is_empty()) {
+            fds.push(PollFd::new(client.as_fd(), cw));
+            which.push(0);
+        }
+        if !(agent_hup && aw.is_empty()) {
+            fds.push(PollFd::new(agent.as_fd(), aw));
+            which.push(1);
+        }
+        if fds.is_empty() {
+            break;
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break,
+        }
+        for (f, side) in fds.iter().zip(&which) {
+            let hup = f
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
+            if *side == 0 {
+                client_hup |= hup;
+            } else {
+                agent_hup |= hup;
+            }
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = agent.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_1024_is_understood_and_other_lines_are_not() {
+        assert_eq!(parse_preamble(b"CONNECT 1024"), Preamble::Connect(1024));
+        assert_eq!(parse_preamble(b"CONNECT 52\r"), Preamble::Connect(52));
+        assert!(matches!(parse_preamble(b"CONNECT x"), Preamble::Bad(_)));
+        assert!(matches!(
+            parse_preamble(b"GET / HTTP/1.0"),
+            Preamble::Bad(_)
+        ));
+    }
+
+    #[test]
+    fn bytes_flow_both_ways_and_a_half_close_is_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent_path = dir.path().join("a.sock");
+        let agent_l = UnixListener::bind(&agent_path).unwrap();
+        let front_path = dir.path().join("front.sock");
+        let front = UnixListener::bind(&front_path).unwrap();
+        let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
+        std::thread::spawn(move || serve(front, addr));
+        // An echo agent that answers after its peer half-closes.
+        std::thread::spawn(move || {
+            let (mut s, _) = agent_l.accept().unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            s.write_all(&got).unwrap();
+        });
+        let mut c = UnixStream::connect(&front_path).unwrap();
+        c.write_all(b"CONNECT 1024\nhello").unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut all = String::new();
+        c.read_to_string(&mut all).unwrap();
+        assert_eq!(all, "OK 49153\nhello");
+    }
+
+    /// A front socket relaying to an agent that runs `agent_fn` on its one
+    /// connection.
+    fn relayed(
+        agent_fn: impl FnOnce(UnixStream) + Send + 'static,
+    ) -> (tempfile::TempDir, UnixStream) {
+        let dir = tempfile::tempdir().unwrap();
+        let agent_path = dir.path().join("a.sock");
+        let agent_l = UnixListener::bind(&agent_path).unwrap();
+        let front_path = dir.path().join("front.sock");
+        let front = UnixListener::bind(&front_path).unwrap();
+        let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
+        std::thread::spawn(move || serve(front, addr));
+        std::thread::spawn(move || agent_fn(agent_l.accept().unwrap().0));
+        let mut c = UnixStream::connect(&front_path).unwrap();
+        c.write_all(b"CONNECT 1024\n").unwrap();
+        let mut ok = [0u8; 9];
+        c.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"OK 49153\n");
+        (dir, c)
+    }
+
+    #[test]
+    fn megabytes_both_ways_at_once_do_not_deadlock() {
+        let (_d, c) = relayed(|s| {
+            // Echo as it comes, reading and writing concurrently.
+            let mut r = s.try_clone().unwrap();
+            let mut w = s;
+            std::io::copy(&mut r, &mut w).unwrap();
+            w.shutdown(Shutdown::Write).unwrap();
+        });
+        let data: Vec<u8> = (0..6_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut w = c.try_clone().unwrap();
+        let sent = data.clone();
+        let t = std::thread::spawn(move || {
+            w.write_all(&sent).unwrap();
+            w.shutdown(Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        let mut r = c;
+        r.read_to_end(&mut got).unwrap();
+        t.join().unwrap();
+        assert!(got == data, "echoed {} of {} bytes", got.len(), data.len());
+    }
+
+    #[test]
+    fn bytes_sent_before_a_full_close_still_reach_the_agent() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (_d, mut c) = relayed(move |mut s| {
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            tx.send(got).unwrap();
+        });
+        c.write_all(&vec![7u8; 300_000]).unwrap();
+        drop(c);
+        let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(got.len(), 300_000);
+    }
+
+    #[test]
+    fn another_port_is_refused_with_an_err_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let front_path = dir.path().join("front.sock");
+        let front = UnixListener::bind(&front_path).unwrap();
+        let addr = Arc::new(AgentAddr::new(&dir.path().join("none.sock")).unwrap());
+        std::thread::spawn(move || serve(front, addr));
+        let mut c = UnixStream::connect(&front_path).unwrap();
+        c.write_all(b"CONNECT 7\n").unwrap();
+        let mut all = String::new();
+        c.read_to_string(&mut all).unwrap();
+        assert!(all.starts_with("ERR ") && all.contains("port 7"), "{all}");
+    }
+
+    #[test]
+    fn a_long_agent_path_is_reached_through_proc_self_fd() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let sock = deep.join("agent.sock");
+        // Bind through the same trick; a plain bind would not fit.
+        let addr = AgentAddr::new(&sock).unwrap();
+        assert!(addr.path.starts_with("/proc/self/fd"));
+        let l = UnixListener::bind(&addr.path).unwrap();
+        let _c = addr.connect().unwrap();
+        let _ = l.accept().unwrap();
+    }
+}

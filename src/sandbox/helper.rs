@@ -1,0 +1,489 @@
+//! `boxdesk __vmm`: the one process per sandbox. It takes the name's lock,
+//! binds `<name>.sock` and `<name>.agent`, starts the namespace sandbox,
+//! waits for its agent's handshake, tells its starter it is ready (one byte
+//! on a pipe), then serves both sockets until `stop`, a signal, or the
+//! sandbox's death, and tears everything down.
+//!
+//! Threads: main (starts the sandbox, then waits for it to exit), control
+//! accept (+ one per connection), agent accept (+ two per forwarded
+//! connection), and one that takes SIGTERM/SIGINT/SIGHUP. SIGPIPE is
+//! ignored, so a vanished peer is an `EPIPE` on its own connection.
+//!
+//! This module owns the sandbox's lifecycle and what `info` reports. It
+//! must never exit because of what a peer sent, never remove a socket or
+//! state it did not create, and never report anything but the namespace
+//! backend's real posture (`backend namespace`, `isolation namespaces`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use boxdesk_channel::{Frame, FrameWriter, Session, Stream};
+use boxdesk_platform::{dirs, socket, DirError, NameError, SandboxPaths, SocketError};
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+
+use super::forward::{self, AgentAddr};
+use super::lock::{LockError, NameLock};
+use super::namespace::{self, NamespaceError, Spec, StateDir};
+use crate::control::{self, protocol::PROTO_VERSION, Sandbox};
+
+/// How long the agent may take to answer its first handshake.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the sandbox may take to exit after a Shutdown frame.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// What `boxdesk __vmm` was asked to run.
+#[derive(Debug)]
+pub struct HelperOptions {
+    /// The sandbox's name (already valid or refused here).
+    pub name: String,
+    /// `--cpus`, recorded and reported (not enforced by namespaces).
+    pub cpus: u32,
+    /// `--mem`, recorded and reported (not enforced by namespaces).
+    pub mem_mib: u32,
+    /// Share the host network.
+    pub net: bool,
+    /// Keep the state dir and log after stop.
+    pub keep: bool,
+    /// Where to write one byte once ready. Closed without a byte on a
+    /// failed start; otherwise held open until the helper exits, so the
+    /// starter sees end-of-file exactly when the helper is gone.
+    pub ready: Option<OwnedFd>,
+}
+
+/// Why the helper could not start or run its sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// The runtime dir is missing, not ours, or not private.
+    #[error(transparent)]
+    RuntimeDir(#[from] DirError),
+    /// The name is not valid, or its socket path too long.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// Another helper holds the name.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// A socket could not be bound.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// The sandbox could not be prepared or started.
+    #[error(transparent)]
+    Namespace(#[from] NamespaceError),
+    /// The sandbox ended before its agent answered.
+    #[error("the sandbox exited ({status}) before its agent answered; log {}:\n{tail}", log.display())]
+    Died {
+        /// How bwrap ended.
+        status: std::process::ExitStatus,
+        /// The log file.
+        log: PathBuf,
+        /// Its last lines.
+        tail: String,
+    },
+    /// The agent did not answer in time.
+    #[error("the agent did not answer within {}s; log {}:\n{tail}", READY_TIMEOUT.as_secs(), log.display())]
+    NotReady {
+        /// The log file.
+        log: PathBuf,
+        /// Its last lines.
+        tail: String,
+    },
+    /// Some other system call failed.
+    #[error("{what}")]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn os(what: &'static str) -> impl FnOnce(io::Error) -> HelperError {
+    move |source| HelperError::Os { what, source }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Starting,
+    Running,
+    Stopping,
+}
+
+/// Everything the threads share.
+struct Shared {
+    name: String,
+    cpus: u32,
+    mem_mib: u32,
+    net: bool,
+    keep: bool,
+    started: Instant,
+    ready_ms: AtomicU64,
+    phase: Mutex<Phase>,
+    sandbox_pid: AtomicU32,
+    exited: Mutex<bool>,
+    exited_cv: Condvar,
+    stopping: AtomicBool,
+    paths: SandboxPaths,
+    state: StateDir,
+    agent: Arc<AgentAddr>,
+    lock: Mutex<Option<NameLock>>,
+}
+
+impl Sandbox for Shared {
+    fn info(&self) -> Vec<(&'static str, String)> {
+        let phase = match *lock(&self.phase) {
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::Stopping => "stopping",
+        };
+        let mut v = vec![
+            ("proto", PROTO_VERSION.to_string()),
+            ("pid", std::process::id().to_string()),
+            ("vcpus", self.cpus.to_string()),
+            ("mem_mib", self.mem_mib.to_string()),
+            ("net", if self.net { "host" } else { "none" }.to_owned()),
+            ("rootfs", "host".to_owned()),
+            ("channel", "unix".to_owned()),
+            ("name", self.name.clone()),
+            ("backend", "namespace".to_owned()),
+            ("isolation", "namespaces".to_owned()),
+            ("arch", std::env::consts::ARCH.to_owned()),
+            ("state", phase.to_owned()),
+            ("uptime_ms", self.started.elapsed().as_millis().to_string()),
+            // vcpus and mem_mib are what was asked for; namespaces do not
+            // enforce them.
+            ("limits", "unenforced".to_owned()),
+        ];
+        match self.ready_ms.load(Ordering::Relaxed) {
+            0 => {}
+            ms => v.push(("ready_ms", ms.to_string())),
+        }
+        match self.sandbox_pid.load(Ordering::Relaxed) {
+            0 => {}
+            pid => v.push(("sandbox_pid", pid.to_string())),
+        }
+        v
+    }
+
+    fn stop(&self) {
+        self.teardown(0)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Removes the sockets, ends the sandbox, removes its state (unless
+    /// `--keep`) and exits the process with `code`. A second caller waits
+    /// for the first to finish.
+    fn teardown(&self, code: i32) -> ! {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            loop {
+                std::thread::park();
+            }
+        }
+        *lock(&self.phase) = Phase::Stopping;
+        tracing::info!("stopping sandbox {}", self.name);
+        let _ = std::fs::remove_file(&self.paths.sock);
+        let _ = std::fs::remove_file(&self.paths.agent);
+        if self.sandbox_pid.load(Ordering::SeqCst) != 0 {
+            let already = *lock(&self.exited);
+            let _conn = if already {
+                None
+            } else {
+                self.ask_agent_to_exit()
+            };
+            let asked = Instant::now();
+            let exited = self.wait_exited(SHUTDOWN_GRACE);
+            tracing::debug!("sandbox exited {:?} after Shutdown", asked.elapsed());
+            if !exited {
+                tracing::warn!(
+                    "the sandbox did not exit within {}s of Shutdown; killing it",
+                    SHUTDOWN_GRACE.as_secs()
+                );
+                self.kill_sandbox();
+                self.wait_exited(SHUTDOWN_GRACE);
+            }
+        }
+        self.remove_state();
+        std::process::exit(code)
+    }
+
+    /// Sends our session header and a Shutdown frame without waiting for
+    /// the agent's header, so a wedged agent costs at most the write
+    /// timeout before the sandbox is killed instead.
+    ///
+    /// The connection is returned to be held open until the sandbox has
+    /// exited: closing it at once would make the agent's own header write
+    /// fail before it reads the Shutdown frame.
+    fn ask_agent_to_exit(&self) -> Option<std::os::unix::net::UnixStream> {
+        let mut s = self.agent.connect().ok()?;
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(&boxdesk_channel::session_header()).is_ok() {
+            let _ = FrameWriter::new(&mut s).write_frame(&Frame::Shutdown);
+        }
+        Some(s)
+    }
+
+    fn wait_exited(&self, limit: Duration) -> bool {
+        let guard = lock(&self.exited);
+        let (guard, _) = self
+            .exited_cv
+            .wait_timeout_while(guard, limit, |exited| !*exited)
+            .unwrap_or_else(|p| p.into_inner());
+        *guard
+    }
+
+    /// SIGKILL to bwrap's monitor; `--die-with-parent` takes the agent,
+    /// and with PID 1 gone the kernel ends the whole pid namespace.
+    fn kill_sandbox(&self) {
+        let exited = lock(&self.exited);
+        let pid = self.sandbox_pid.load(Ordering::SeqCst);
+        if !*exited && pid != 0 {
+            let _ = signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+
+    fn remove_state(&self) {
+        if !self.keep {
+            if let Err(e) = self.state.remove() {
+                tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
+            }
+            let _ = std::fs::remove_file(&self.paths.log);
+        }
+        if let Some(l) = lock(&self.lock).take() {
+            l.release();
+        }
+    }
+}
+
+/// Runs the helper; returns only on a startup failure (after cleaning up
+/// what it made). Once running, it ends the process itself.
+pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError> {
+    let started = Instant::now();
+    // Before any thread exists, so every thread inherits the mask and
+    // only the signal thread takes these.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&signals), None)
+        .map_err(|e| os("blocking signals")(e.into()))?;
+    // SAFETY: SIG_IGN installs no handler code; nothing else in this
+    // process manages SIGPIPE.
+    unsafe { signal::signal(Signal::SIGPIPE, signal::SigHandler::SigIgn) }
+        .map_err(|e| os("ignoring SIGPIPE")(e.into()))?;
+
+    let runtime = dirs::runtime_dir()?;
+    let paths = SandboxPaths::new(&runtime, &opts.name)?;
+    let name_lock = NameLock::acquire(&runtime, &opts.name)?;
+    let control = socket::bind_exclusive(&paths.sock)?;
+    let agent_listener = match socket::bind_exclusive(&paths.agent) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_file(&paths.sock);
+            return Err(e.into());
+        }
+    };
+    let prepared = dirs::state_dir()
+        .map_err(NamespaceError::from)
+        .and_then(|root| StateDir::prepare(&root, &opts.name));
+    let state = match prepared {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&paths.sock);
+            let _ = std::fs::remove_file(&paths.agent);
+            return Err(e.into());
+        }
+    };
+    let agent = Arc::new(AgentAddr::new(&state.agent_sock()).map_err(os("agent socket path"))?);
+    let shared = Arc::new(Shared {
+        name: opts.name.clone(),
+        cpus: opts.cpus,
+        mem_mib: opts.mem_mib,
+        net: opts.net,
+        keep: opts.keep,
+        started,
+        ready_ms: AtomicU64::new(0),
+        phase: Mutex::new(Phase::Starting),
+        sandbox_pid: AtomicU32::new(0),
+        exited: Mutex::new(false),
+        exited_cv: Condvar::new(),
+        stopping: AtomicBool::new(false),
+        paths: paths.clone(),
+        state,
+        agent: Arc::clone(&agent),
+        lock: Mutex::new(Some(name_lock)),
+    });
+
+    let sh = Arc::clone(&shared);
+    spawn_thread("signals", move || {
+        if let Ok(sig) = signals.wait() {
+            tracing::info!("{sig}: stopping");
+        }
+        sh.teardown(0)
+    })?;
+    let sh: Arc<dyn Sandbox> = Arc::clone(&shared) as Arc<dyn Sandbox>;
+    spawn_thread("control-accept", move || {
+        let e = control::server::serve(control, sh);
+        tracing::error!("control socket: {e}");
+    })?;
+
+    tracing::debug!("sockets bound, state dir ready at {:?}", started.elapsed());
+    let mut child = match start(&shared, &opts) {
+        Ok(child) => child,
+        Err(e) => return Err(fail(&shared, None, e)),
+    };
+    tracing::debug!("bwrap started at {:?}", started.elapsed());
+    if let Err(e) = wait_ready(&mut child, &agent, &paths) {
+        return Err(fail(&shared, Some(child), e));
+    }
+    shared.ready_ms.store(
+        started.elapsed().as_millis().max(1) as u64,
+        Ordering::Relaxed,
+    );
+    *lock(&shared.phase) = Phase::Running;
+    spawn_thread("agent-accept", move || {
+        let e = forward::serve(agent_listener, agent);
+        tracing::error!("agent socket: {e}");
+    })?;
+    tracing::info!(
+        "sandbox {} ready in {} ms",
+        opts.name,
+        started.elapsed().as_millis()
+    );
+    // Kept open (not dropped) until the process exits.
+    let _ready = opts.ready.map(|fd| {
+        let mut f = File::from(fd);
+        let _ = f.write_all(b"R");
+        f
+    });
+
+    let status = child.wait();
+    *lock(&shared.exited) = true;
+    shared.exited_cv.notify_all();
+    if !shared.stopping.load(Ordering::SeqCst) {
+        tracing::error!("the sandbox exited unexpectedly ({status:?}); stopping");
+        shared.teardown(1);
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), HelperError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(128 * 1024)
+        .spawn(f)
+        .map(drop)
+        .map_err(os("starting a thread"))
+}
+
+fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
+    let exe = std::env::current_exe().map_err(|source| NamespaceError::Inspect {
+        what: "the boxdesk binary".into(),
+        source,
+    })?;
+    let host = namespace::scan_host(std::path::Path::new("/")).map_err(|source| {
+        NamespaceError::Inspect {
+            what: "/".into(),
+            source,
+        }
+    })?;
+    let spec = Spec {
+        name: opts.name.clone(),
+        net: opts.net,
+        host,
+        state: shared.state.clone(),
+        exe,
+        rust_log: std::env::var_os("BOXDESK_AGENT_LOG"),
+    };
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&shared.paths.log)
+        .map_err(os("opening the sandbox log"))?;
+    let child = namespace::spawn(&spec, &log)?;
+    shared.sandbox_pid.store(child.id(), Ordering::SeqCst);
+    Ok(child)
+}
+
+/// Polls the agent's socket until a channel handshake succeeds.
+fn wait_ready(
+    child: &mut Child,
+    agent: &AgentAddr,
+    paths: &SandboxPaths,
+) -> Result<(), HelperError> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut pause = Duration::from_micros(100);
+    loop {
+        if let Some(status) = child.try_wait().map_err(os("waiting for bwrap"))? {
+            return Err(HelperError::Died {
+                status,
+                log: paths.log.clone(),
+                tail: log_tail(&paths.log),
+            });
+        }
+        if let Ok(s) = agent.connect() {
+            if Session::over(Stream::Unix(s)).is_ok() {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(HelperError::NotReady {
+                log: paths.log.clone(),
+                tail: log_tail(&paths.log),
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// Cleans up after a failed start and hands the error back. If a signal
+/// already started a teardown, that one finishes and exits instead.
+fn fail(shared: &Arc<Shared>, child: Option<Child>, e: HelperError) -> HelperError {
+    if shared.stopping.swap(true, Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    let _ = std::fs::remove_file(&shared.paths.sock);
+    let _ = std::fs::remove_file(&shared.paths.agent);
+    if let Some(mut child) = child {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // The log explains the failure: keep it.
+    if !shared.keep {
+        let _ = shared.state.remove();
+    }
+    if let Some(l) = lock(&shared.lock).take() {
+        l.release();
+    }
+    e
+}
+
+/// The last lines of the log, at most 2 KiB.
+pub fn log_tail(path: &std::path::Path) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return String::from("(no log)");
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    boxdesk_channel::sanitize_error(text.trim_end()).replace("\\x0a", "\n")
+}

@@ -1,0 +1,103 @@
+//! `<name>.lock`: the one-helper-per-name lock, an `flock` held for the
+//! helper's whole life.
+//!
+//! Binding `<name>.sock` alone leaves a window: between another helper's
+//! `bind` and its `listen`, a connect is refused and the socket looks
+//! stale. Taking this lock first closes it. This module must never block
+//! (a held lock is an error at once) and never leave a lock that a dead
+//! helper's file could shadow: after locking, the file must still be the
+//! one at the path.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+
+/// Why the name could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another helper holds the lock: the sandbox is running or starting.
+    #[error("a sandbox named {0} is already running or starting")]
+    Held(String),
+    /// The lock file could not be opened or locked.
+    #[error("cannot lock {}", path.display())]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A held name lock; released (and its file removed) by [`NameLock::release`]
+/// or by the process's death.
+#[derive(Debug)]
+pub struct NameLock {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl NameLock {
+    /// Takes the lock on `<dir>/<name>.lock` without blocking.
+    pub fn acquire(dir: &Path, name: &str) -> Result<Self, LockError> {
+        let path = dir.join(format!("{name}.lock"));
+        let io_err = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        loop {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+                .map_err(io_err)?;
+            let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => lock,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(LockError::Held(name.to_owned()))
+                }
+                Err((_, e)) => return Err(io_err(e.into())),
+            };
+            // The holder before us may have removed the file between our
+            // open and our flock; then we locked an orphan and must retry.
+            let ours = lock.metadata().map_err(io_err)?;
+            match fs::symlink_metadata(&path) {
+                Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => {
+                    return Ok(Self { path, _lock: lock })
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+    }
+
+    /// Removes the lock file, then unlocks.
+    pub fn release(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_the_same_name_is_refused_until_the_first_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = NameLock::acquire(dir.path(), "x").unwrap();
+        assert!(matches!(
+            NameLock::acquire(dir.path(), "x"),
+            Err(LockError::Held(n)) if n == "x"
+        ));
+        a.release();
+        NameLock::acquire(dir.path(), "x").unwrap().release();
+    }
+}

@@ -1,0 +1,546 @@
+//! The command line: exit codes, the run/exec/cp/ls/stop cycle, and the bad
+//! input of the issue (duplicate names, stale sockets, unsafe runtime dirs,
+//! bad names, missing sandboxes).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
+
+use crate::support::{self, TestEnv};
+
+#[test]
+fn run_prints_the_commands_output_and_exits_with_its_code() {
+    let env = TestEnv::new();
+    let out = env.run(["run", "--", "sh", "-c", "echo hi; exit 3"]);
+    assert_eq!(out.code(), 3, "{out}");
+    assert_eq!(out.stdout, "hi\n", "{out}");
+    // Nothing is left behind by a foreground run.
+    let left: Vec<_> = fs::read_dir(env.runtime()).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn stderr_is_kept_apart_from_stdout() {
+    let env = TestEnv::new();
+    let out = env.run(["run", "--", "sh", "-c", "echo out; echo err >&2"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "out\n");
+    assert_eq!(out.stderr, "err\n");
+}
+
+#[test]
+fn a_command_killed_by_a_signal_exits_128_plus_the_signal() {
+    let env = TestEnv::new();
+    let out = env.run(["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.code(), 128 + 15, "{out}");
+    let out = env.run(["run", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(out.code(), 128 + 9, "{out}");
+}
+
+#[test]
+fn an_expired_timeout_exits_124() {
+    let env = TestEnv::new();
+    let start = std::time::Instant::now();
+    let out = env.run(["run", "--timeout", "0.5", "--", "sleep", "30"]);
+    assert_eq!(out.code(), 124, "{out}");
+    assert!(start.elapsed().as_secs() < 20);
+    let sb = env.start("t124", &[]);
+    let out = env.run(["exec", "t124", "--timeout", "0.3", "--", "sleep", "30"]);
+    assert_eq!(out.code(), 124, "{out}");
+    assert_eq!(sb.exec(&["true"]).code(), 0);
+}
+
+#[test]
+fn a_missing_program_exits_127() {
+    let env = TestEnv::new();
+    let out = env.run(["run", "--", "no-such-program-here"]);
+    assert_eq!(out.code(), 127, "{out}");
+    assert!(out.stderr.contains("ENOENT"), "{out}");
+}
+
+#[test]
+fn exec_on_a_missing_sandbox_fails_clearly_with_125() {
+    let env = TestEnv::new();
+    let out = env.run(["exec", "ghost", "--", "true"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("no such sandbox: ghost"), "{out}");
+    for args in [
+        &["info", "ghost"][..],
+        &["stop", "ghost"],
+        &["cp", "/etc/hostname", "ghost:/work/"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.code(), 125, "{args:?}: {out}");
+        assert!(out.stderr.contains("no such sandbox"), "{args:?}: {out}");
+    }
+}
+
+#[test]
+fn names_outside_the_grammar_are_refused_with_125() {
+    let env = TestEnv::new();
+    let long = "a".repeat(65);
+    for bad in ["-x", ".hidden", "a/b", "a b", "é", long.as_str(), ""] {
+        let out = env.run(["run", &format!("--name={bad}"), "--", "true"]);
+        assert_eq!(out.code(), 125, "{bad:?}: {out}");
+        assert!(out.stderr.contains("name"), "{bad:?}: {out}");
+    }
+    let out = env.run(["exec", "a/b", "--", "true"]);
+    assert_eq!(out.code(), 125, "{out}");
+    let ok = "A0_.-z".to_owned() + &"b".repeat(58);
+    let out = env.run(["run", "--name", &ok, "--", "true"]);
+    assert_eq!(out.code(), 0, "{out}");
+}
+
+#[test]
+fn usage_errors_exit_125_and_help_exits_0() {
+    let env = TestEnv::new();
+    assert_eq!(env.run(["frobnicate"]).code(), 125);
+    assert_eq!(env.run(["run", "--cpus", "many", "--", "true"]).code(), 125);
+    assert_eq!(env.run(["exec", "x"]).code(), 125);
+    assert_eq!(env.run(["run", "--detach", "--", "true"]).code(), 125);
+    assert_eq!(
+        env.run(["run", "--timeout", "-1", "--", "true"]).code(),
+        125
+    );
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["exec", "--help"],
+        &["cp", "--help"],
+        &["ls", "--help"],
+        &["stop", "--help"],
+        &["doctor", "--help"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.code(), 0, "{args:?}: {out}");
+        assert!(out.stdout.contains("Usage"), "{args:?}: {out}");
+    }
+}
+
+#[test]
+fn vm_backends_are_refused_as_not_available_yet() {
+    let env = TestEnv::new();
+    for b in ["kvm", "hvf"] {
+        let out = env.run(["run", "--backend", b, "--", "true"]);
+        assert_eq!(out.code(), 125, "{out}");
+        assert!(out.stderr.contains("not available yet"), "{out}");
+    }
+    let mut c = env.cmd(["run", "--", "true"]);
+    c.env("BOXDESK_BACKEND", "kvm");
+    let out = support::output(c);
+    assert_eq!(out.code(), 125, "{out}");
+    let mut c = env.cmd(["run", "--", "true"]);
+    c.env("BOXDESK_BACKEND", "namespace");
+    assert_eq!(support::output(c).code(), 0);
+    let out = env.run(["run", "--backend", "auto", "--", "true"]);
+    assert_eq!(out.code(), 0, "{out}");
+}
+
+#[test]
+fn a_second_run_with_the_same_name_fails_and_leaves_the_first_running() {
+    let env = TestEnv::new();
+    let sb = env.start("dup", &[]);
+    let pid = env.info("dup")["pid"].clone();
+    let out = env.run(["run", "--detach", "--name", "dup"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("already running"), "{out}");
+    let out = env.run(["run", "--name", "dup", "--", "true"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert_eq!(env.info("dup")["pid"], pid, "the socket changed hands");
+    assert_eq!(sb.exec(&["true"]).code(), 0);
+}
+
+#[test]
+fn two_runs_with_the_same_name_at_once_leave_exactly_one() {
+    let env = TestEnv::new();
+    let spawn = || {
+        let mut c = env.cmd(["run", "--detach", "--name", "race"]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (support::wait_output(a), support::wait_output(b));
+    let _sb = support::Sandbox::adopt(&env, "race");
+    let mut codes = [a.code(), b.code()];
+    codes.sort();
+    assert_eq!(codes, [0, 125], "{a}\n{b}");
+    let loser = if a.code() == 125 { &a } else { &b };
+    assert!(loser.stderr.contains("already running"), "{loser}");
+    assert_eq!(env.info("race")["state"], "running");
+    assert_eq!(env.run(["exec", "race", "--", "true"]).code(), 0);
+}
+
+/// Starts `name`, SIGKILLs its helper and waits for it and its sandbox to
+/// die, leaving their sockets behind.
+fn kill_helper(env: &TestEnv, name: &str) {
+    let sb = env.start(name, &[]);
+    let info = env.info(name);
+    let pid: u32 = info["pid"].parse().unwrap();
+    let sandbox: u32 = info["sandbox_pid"].parse().unwrap();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    assert!(support::wait_gone(pid));
+    assert!(
+        support::wait_gone(sandbox),
+        "the sandbox outlived its helper"
+    );
+    assert!(env.sock(name).exists(), "expected a stale socket");
+    std::mem::forget(sb);
+}
+
+#[test]
+fn a_dead_helpers_socket_is_cleaned_by_ls() {
+    let env = TestEnv::new();
+    kill_helper(&env, "dead");
+    let _live = env.start("alive", &[]);
+    let out = env.run(["ls"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(!out.stdout.contains("dead"), "{out}");
+    assert!(out.stdout.contains("alive"), "{out}");
+    assert!(!env.sock("dead").exists(), "stale socket not removed");
+    assert!(
+        !env.agent("dead").exists(),
+        "stale agent socket not removed"
+    );
+}
+
+#[test]
+fn a_stale_socket_from_a_killed_helper_is_cleaned_and_the_name_reused() {
+    let env = TestEnv::new();
+    kill_helper(&env, "again");
+    let sb = env.start("again", &[]);
+    assert_eq!(sb.sh("echo back").stdout, "back\n");
+}
+
+#[test]
+fn a_runtime_dir_with_mode_0755_is_refused() {
+    let env = TestEnv::new();
+    fs::create_dir(env.runtime()).unwrap();
+    fs::set_permissions(env.runtime(), fs::Permissions::from_mode(0o755)).unwrap();
+    for args in [
+        &["ls"][..],
+        &["run", "--", "true"],
+        &["exec", "x", "--", "true"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.code(), 125, "{args:?}: {out}");
+        assert!(
+            out.stderr.contains("0755") && out.stderr.contains("chmod 700"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn a_runtime_dir_owned_by_another_user_is_refused() {
+    if support::skip_unless_root("chown to another uid") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::create_dir(env.runtime()).unwrap();
+    fs::set_permissions(env.runtime(), fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(env.runtime(), Some(65534), Some(65534)).unwrap();
+    for args in [&["ls"][..], &["run", "--", "true"]] {
+        let out = env.run(args);
+        assert_eq!(out.code(), 125, "{args:?}: {out}");
+        assert!(out.stderr.contains("owned by uid 65534"), "{out}");
+    }
+}
+
+#[test]
+fn a_symlinked_runtime_dir_is_refused() {
+    let env = TestEnv::new();
+    let real = env.root().join("elsewhere");
+    fs::create_dir(&real).unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&real, env.runtime()).unwrap();
+    let out = env.run(["ls"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("symlink"), "{out}");
+}
+
+#[test]
+fn detached_run_exec_cp_ls_and_stop_work_together() {
+    let env = TestEnv::new();
+    let out = env.run(["run", "--detach"]);
+    assert_eq!(out.code(), 0, "{out}");
+    let name = out.stdout.trim().to_owned();
+    assert!(name.starts_with("bx-") && name.len() == 7, "{name:?}");
+    let sb = support::Sandbox::adopt(&env, &name);
+
+    // exec: output, cwd, env.
+    let out = env.run([
+        "exec",
+        &name,
+        "--cwd",
+        "/tmp",
+        "-e",
+        "GREETING=hello there",
+        "--",
+        "sh",
+        "-c",
+        "pwd; echo $GREETING",
+    ]);
+    assert_eq!(out.stdout, "/tmp\nhello there\n", "{out}");
+    assert_eq!(sb.exec(&["pwd"]).stdout, "/work\n");
+
+    // cp host → sandbox: a file, into a directory (keeps its name), a tree.
+    let host = env.root().join("host");
+    fs::create_dir_all(host.join("tree/sub/deeper")).unwrap();
+    fs::create_dir_all(host.join("tree/empty")).unwrap();
+    fs::write(host.join("one.txt"), "one\n").unwrap();
+    fs::write(host.join("tree/a.txt"), "a\n").unwrap();
+    fs::write(host.join("tree/sub/deeper/z.txt"), "z\n").unwrap();
+    let big: Vec<u8> = (0..1_500_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(host.join("tree/sub/big.bin"), &big).unwrap();
+    fs::set_permissions(
+        host.join("tree/sub/big.bin"),
+        fs::Permissions::from_mode(0o750),
+    )
+    .unwrap();
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let target = format!("{name}:/work/renamed.txt");
+    assert_eq!(
+        env.run(["cp", &s(&host.join("one.txt")), &target]).code(),
+        0
+    );
+    let target = format!("{name}:/work");
+    assert_eq!(
+        env.run(["cp", &s(&host.join("one.txt")), &target]).code(),
+        0
+    );
+    let out = env.run(["cp", &s(&host.join("tree")), &target]);
+    assert_eq!(out.code(), 125, "a directory needs -r: {out}");
+    let out = env.run(["cp", "-r", &s(&host.join("tree")), &target]);
+    assert_eq!(out.code(), 0, "{out}");
+    let out = sb.sh("cat /work/renamed.txt /work/one.txt /work/tree/a.txt /work/tree/sub/deeper/z.txt; stat -c %a /work/tree/sub/big.bin; wc -c < /work/tree/sub/big.bin; test -d /work/tree/empty && echo empty-dir");
+    assert_eq!(
+        out.stdout, "one\none\na\nz\n750\n1500000\nempty-dir\n",
+        "{out}"
+    );
+
+    // cp sandbox → host: a file, into a directory, a tree.
+    sb.sh("mkdir -p /results/r/s && echo res > /results/r/s/f && printf x > /work/empty-not && : > /work/zero");
+    let back = env.root().join("back");
+    fs::create_dir(&back).unwrap();
+    let from = format!("{name}:/work/tree/sub/big.bin");
+    assert_eq!(env.run(["cp", &from, &s(&back)]).code(), 0);
+    assert_eq!(fs::read(back.join("big.bin")).unwrap(), big);
+    assert_eq!(
+        fs::metadata(back.join("big.bin"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o750
+    );
+    let from = format!("{name}:/work/zero");
+    assert_eq!(
+        env.run(["cp", &from, &s(&back.join("zero-copy"))]).code(),
+        0
+    );
+    assert_eq!(fs::read(back.join("zero-copy")).unwrap(), b"");
+    let from = format!("{name}:/work/tree");
+    let out = env.run(["cp", "-r", &from, &s(&back)]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(
+        fs::read_to_string(back.join("tree/sub/deeper/z.txt")).unwrap(),
+        "z\n"
+    );
+    assert_eq!(fs::read(back.join("tree/sub/big.bin")).unwrap(), big);
+    assert!(back.join("tree/empty").is_dir());
+    let from = format!("{name}:/results");
+    let out = env.run(["cp", "-r", &from, &s(&back.join("res"))]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(fs::read_to_string(back.join("res/r/s/f")).unwrap(), "res\n");
+    let from = format!("{name}:/work/missing");
+    let out = env.run(["cp", &from, &s(&back)]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr.contains("ENOENT"), "{out}");
+
+    // ls, as a table and as JSON.
+    let out = env.run(["ls"]);
+    assert_eq!(out.code(), 0, "{out}");
+    let mut lines = out.stdout.lines();
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME",
+            "BACKEND",
+            "ISOLATION",
+            "STATE",
+            "CPUS",
+            "MEM",
+            "UPTIME"
+        ]
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..6],
+        [
+            name.as_str(),
+            "namespace",
+            "namespaces",
+            "running",
+            "1",
+            "512M"
+        ]
+    );
+    let out = env.run(["ls", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["name"], name.as_str());
+    assert_eq!(v[0]["backend"], "namespace");
+    assert_eq!(v[0]["isolation"], "namespaces");
+    assert_eq!(v[0]["vcpus"], 1);
+    assert_eq!(v[0]["mem_mib"], 512);
+
+    // info, then stop: returns once the helper is gone.
+    let out = env.run(["info", &name]);
+    assert!(out.stdout.contains("backend namespace\n"), "{out}");
+    let pid: u32 = env.info(&name)["pid"].parse().unwrap();
+    let out = env.run(["stop", &name]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(
+        !support::pid_alive(pid),
+        "stop returned before the helper exited"
+    );
+    assert_eq!(env.run(["ls", "--json"]).stdout.trim(), "[]");
+    assert!(!env.state_of(&name).exists(), "state dir left behind");
+    std::mem::forget(sb);
+}
+
+#[test]
+fn exec_forwards_stdin_and_closes_it_at_eof() {
+    let env = TestEnv::new();
+    let _sb = env.start("stdin", &[]);
+    let mut c = env.cmd(["exec", "stdin", "--", "sh", "-c", "wc -c; echo done"]);
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = vec![b'x'; 300_000];
+    let writer = std::thread::spawn(move || input.write_all(&data));
+    let out = support::wait_output(child);
+    writer.join().unwrap().unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "300000\ndone\n", "{out}");
+}
+
+#[test]
+fn exec_with_a_tty_runs_the_command_on_a_terminal() {
+    let env = TestEnv::new();
+    let sb = env.start("tty", &[]);
+    let out = env.run([
+        "exec",
+        "-t",
+        "tty",
+        "--",
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty",
+    ]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(out.stdout.contains("on-a-tty"), "{out}");
+    assert_eq!(sb.sh("test -t 1 || echo no-tty").stdout, "no-tty\n");
+}
+
+#[test]
+fn doctor_reports_the_namespace_backend_and_that_vm_backends_are_not_implemented() {
+    let env = TestEnv::new();
+    let out = env.run(["doctor"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(
+        out.stdout.contains("namespace backend: can run here"),
+        "{out}"
+    );
+    assert!(out.stdout.contains("bubblewrap: available"), "{out}");
+    assert!(
+        out.stdout.contains("VM backends: not implemented yet"),
+        "{out}"
+    );
+    assert!(out.stdout.contains("/dev/kvm"), "{out}");
+}
+
+#[test]
+fn doctor_says_when_bubblewrap_is_missing() {
+    let env = TestEnv::new();
+    let empty = env.root().join("empty-path");
+    fs::create_dir(&empty).unwrap();
+    let mut c = env.cmd(["doctor"]);
+    c.env("PATH", &empty);
+    let out = support::output(c);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stdout.contains("bwrap is not on PATH"), "{out}");
+    let mut c = env.cmd(["run", "--", "true"]);
+    c.env("PATH", &empty);
+    let out = support::output(c);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("bubblewrap"), "{out}");
+}
+
+#[test]
+fn run_without_a_command_reads_a_shell_script_from_stdin() {
+    let env = TestEnv::new();
+    let mut c = env.cmd(["run"]);
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo from-the-shell; exit 4\n")
+        .unwrap();
+    let out = support::wait_output(child);
+    assert_eq!(out.code(), 4, "{out}");
+    assert_eq!(out.stdout, "from-the-shell\n", "{out}");
+    assert!(
+        out.stderr.contains("bx-"),
+        "the generated name is not said: {out}"
+    );
+}
+
+#[test]
+fn an_interrupt_is_forwarded_to_the_command() {
+    use std::io::{BufRead, BufReader};
+    let env = TestEnv::new();
+    let script = "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done";
+    let mut c = env.cmd(["run", "--", "sh", "-c", script]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "got-int\n");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(7));
+}
+
+#[test]
+fn killing_a_foreground_run_stops_its_sandbox() {
+    let env = TestEnv::new();
+    let mut c = env.cmd(["run", "--name", "orphan", "--", "sleep", "60"]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !env.agent("orphan").exists() {
+        assert!(start.elapsed().as_secs() < 20, "never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let info = env.info("orphan");
+    let helper: u32 = info["pid"].parse().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(support::wait_gone(helper), "the helper outlived its CLI");
+    assert!(!env.sock("orphan").exists());
+    assert!(!env.state_of("orphan").exists());
+}

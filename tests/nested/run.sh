@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Runs one command inside an L1 Linux guest under qemu TCG, where /dev/kvm is
+# a real, complete KVM (README.md beside this file):
+#
+#   tests/nested/run.sh ARCH [OPTIONS] -- CMD [ARGS...]
+#   tests/nested/run.sh ARCH --check
+#
+# ARCH is x86_64 or aarch64. CMD is exec'd inside L1 (use `sh -c '…'` for
+# shell syntax) with stdin /dev/null; its stdout and stderr, merged, are
+# streamed to our stdout. Exit status: CMD's own; 124 when CMD was killed at
+# its deadline; 125 when the harness failed (not set up, L1 did not boot,
+# qemu died or was killed before the end marker) — the reason goes to stderr.
+#
+# Options:
+#   --file SRC:DST     put SRC (a file or a directory) at DST in L1; repeatable
+#   --hostroot         share the host's / read-only (9p) at /run/host, and at
+#                      /host with L1's /proc /sys /dev /tmp /run mounted over
+#                      it, for `chroot /host PROG`
+#   --modprobe MOD     load MOD in L1 as well (vhost_vsock is there); repeatable
+#   --env NAME=VALUE   set in CMD's environment; repeatable
+#   --cwd DIR          CMD's working directory in L1 (default /)
+#   --timeout SECS     CMD's deadline, counted in L1 (default 600)
+#   --boot-timeout S   host allowance for boot and power-off on top (default 300)
+#   --mem MIB          L1 memory (default 2048)
+#   --out DIR          keep console.log, output, result, qemu.stderr there
+#                      (default: a temporary directory, kept only on failure)
+#   --quiet            do not stream CMD's output
+#   --check            exit 0 when ARCH can run here, else say what is missing
+#
+# The base initramfs (busybox, modules, init) is cached by content in
+# $BOXDESK_CACHE/nested/initramfs; per run only CMD and the --file's are
+# packed, as a second cpio appended to it. One L1 runs at a time on a host
+# (a lock in the cache): L1 is single-vCPU TCG and these hosts are small.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${BOXDESK_CACHE:-/var/cache/boxdesk}/nested
+prog="nested"
+
+say() { printf '%s: %s\n' "$prog" "$*" >&2; }
+usage() { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 125; }
+fail() { say "$*"; exit 125; }
+
+[ $# -ge 1 ] || usage
+arch=$1
+shift
+case "$arch" in
+  x86_64) qemu="qemu-system-x86_64" ;;
+  aarch64) qemu="qemu-system-aarch64" ;;
+  -h | --help) usage ;;
+  *) fail "unknown arch '$arch' (x86_64 | aarch64)" ;;
+esac
+prog="nested[$arch]"
+
+files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 mem=2048
+out='' quiet=0 check=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --file) files+=("$2"); shift 2 ;;
+    --hostroot) hostroot=1; shift ;;
+    --modprobe) modprobe+=("$2"); shift 2 ;;
+    --env) envs+=("$2"); shift 2 ;;
+    --cwd) cwd=$2; shift 2 ;;
+    --timeout) deadline=$2; shift 2 ;;
+    --boot-timeout) boot_timeout=$2; shift 2 ;;
+    --mem) mem=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --quiet) quiet=1; shift ;;
+    --check) check=1; shift ;;
+    -h | --help) usage ;;
+    --) shift; break ;;
+    *) fail "unknown option '$1' (see $0 --help)" ;;
+  esac
+done
+for n in "$deadline" "$boot_timeout" "$mem"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || fail "'$n' is not a positive whole number"
+done
+
+# --- prerequisites ----------------------------------------------------------
+not_set_up() { fail "nested harness not set up (run tests/nested/setup.sh): $*"; }
+env_file=$cache/$arch.env
+command -v "$qemu" >/dev/null || not_set_up "no $qemu"
+command -v cpio >/dev/null || not_set_up "no cpio"
+[ -f "$env_file" ] || not_set_up "no $env_file"
+# shellcheck disable=SC1090
+. "$env_file"
+kernel=${NESTED_KERNEL:-}
+[ -f "$kernel" ] || not_set_up "no $kernel"
+[ -d "$NESTED_KERNEL_DIR/lib/modules" ] || not_set_up "no $NESTED_KERNEL_DIR/lib/modules"
+[ -x "$NESTED_BUSYBOX" ] || not_set_up "no $NESTED_BUSYBOX"
+if [ "$check" = 1 ]; then
+  echo "$arch: $qemu, $NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION, busybox-static $NESTED_BUSYBOX_VERSION"
+  exit 0
+fi
+[ $# -ge 1 ] || fail "no command given (… -- CMD [ARGS...])"
+
+# --- scratch space (same filesystem as the cache: cheap renames) ------------
+mkdir -p "$cache/tmp" "$cache/initramfs"
+# What runs killed outright left behind, and bases of older inits.
+find "$cache/tmp" -mindepth 1 -maxdepth 1 -mmin +1440 -exec rm -rf {} + 2>/dev/null || true
+find "$cache/initramfs" -name "$arch-*.cpio" -mtime +7 -delete 2>/dev/null || true
+work=$(mktemp -d "$cache/tmp/run.XXXXXX")
+keep_out=0
+if [ -n "$out" ]; then
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  keep_out=1
+else
+  out=$(mktemp -d "${TMPDIR:-/tmp}/boxdesk-nested.XXXXXX")
+fi
+qpid='' streamer=''
+# shellcheck disable=SC2317 # (run by the EXIT trap)
+cleanup() {
+  if [ -n "$qpid" ]; then kill -KILL "$qpid" 2>/dev/null || true; fi
+  if [ -n "$streamer" ]; then kill "$streamer" 2>/dev/null || true; fi
+  rm -rf "$work"
+  [ "$keep_out" = 1 ] || rm -rf "$out"
+}
+trap cleanup EXIT
+trap 'exit 125' INT TERM HUP
+
+# --- base initramfs, cached by content --------------------------------------
+key=$({ echo "format 1"; cat "$here/init" "$env_file"; } | sha256sum | cut -c1-16)
+base=$cache/initramfs/$arch-$key.cpio
+if [ -f "$base" ]; then
+  touch "$base"
+else
+  stage=$work/base
+  mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,lib,proc,sys,dev,tmp,run,root,etc,nested,host}
+  install -m 0755 "$NESTED_BUSYBOX" "$stage/bin/busybox"
+  install -m 0755 "$here/init" "$stage/init"
+  cp -a "$NESTED_KERNEL_DIR/lib/modules" "$stage/lib/"
+  (cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$base.$$"
+  mv "$base.$$" "$base"
+fi
+
+# --- this run's cpio: CMD, its config, the --file's -------------------------
+nonce=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+q() { # single-quote for sh
+  printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"
+}
+stage=$work/run
+mkdir -p "$stage/nested"
+kvm_mods=${NESTED_KVM_MODULES:-}
+{
+  echo "NONCE=$nonce"
+  echo "DEADLINE=$deadline"
+  echo "KVM_MODULES=$(q "$kvm_mods")"
+  echo "HOSTROOT=$hostroot"
+  echo "HOSTROOT_MODULES=$(q "${NESTED_HOSTROOT_MODULES:-}")"
+  echo "MODPROBE=$(q "${modprobe[*]:-}")"
+  echo "CWD=$(q "$cwd")"
+} >"$stage/nested/config"
+{
+  for e in "${envs[@]+"${envs[@]}"}"; do
+    [[ "$e" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || fail "--env '$e' is not NAME=VALUE"
+    echo "export ${e%%=*}=$(q "${e#*=}")"
+  done
+  printf 'exec'
+  for a in "$@"; do printf ' %s' "$(q "$a")"; done
+  echo
+} >"$stage/nested/cmd"
+for f in "${files[@]+"${files[@]}"}"; do
+  src=${f%%:*} dst=${f#*:}
+  if [ "$src" = "$f" ] || [ -z "$src" ]; then fail "--file '$f' is not SRC:DST"; fi
+  [[ "$dst" == /* ]] || fail "--file '$f': DST must be an absolute path in L1"
+  [ -e "$src" ] || fail "--file '$f': no $src"
+  mkdir -p "$stage$(dirname "$dst")"
+  # A symlink that cpio -L follows: SRC is read once, straight into the archive.
+  ln -sfn "$(realpath "$src")" "$stage$dst"
+done
+initrd=$work/initrd.cpio
+cp "$base" "$initrd"
+(cd "$stage" && find -L . | LC_ALL=C sort | cpio -o -H newc -L -R 0:0 --quiet) >>"$initrd"
+
+# --- boot ------------------------------------------------------------------
+log=$out/console.log
+case "$arch" in
+  x86_64)
+    machine=(-accel tcg -cpu "EPYC,+svm,+npt")
+    append="console=ttyS0 panic=-1 quiet"
+    ;;
+  aarch64)
+    # pauth-impdef: the same pointer authentication with a cheaper hash;
+    # emulating QARMA5 tripled the boot here (10-12 s to /init, not 3-3.6 s).
+    machine=(-accel tcg -M "virt,virtualization=on,gic-version=3" -cpu "max,pauth-impdef=on")
+    append="console=ttyAMA0 panic=-1 quiet"
+    ;;
+esac
+qemu_args=("${machine[@]}" -smp 1 -m "$mem" -nodefaults -no-user-config -display none
+  -no-reboot -serial "file:$log" -kernel "$kernel" -initrd "$initrd" -append "$append")
+if [ "$hostroot" = 1 ]; then
+  qemu_args+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
+fi
+
+exec 9>"$cache/qemu.lock"
+if ! flock -n 9; then
+  say "waiting for another nested run to finish"
+  flock 9
+fi
+: >"$log"
+start=${EPOCHREALTIME/./}
+# If this script is killed outright, qemu goes with it.
+setpriv --pdeathsig KILL -- "$qemu" "${qemu_args[@]}" >"$out/qemu.stderr" 2>&1 </dev/null &
+qpid=$!
+
+start_marker="@@boxdesk-nested:$nonce:start@@"
+end_marker="@@boxdesk-nested:$nonce:end "
+# CMD's output: the lines between the markers, less the CR a console adds.
+extract='{ sub(/\r$/, "") }
+  !on { if (index($0, s)) on = 1; next }
+  { i = index($0, e); if (i) { if (i > 1) printf "%s", substr($0, 1, i - 1); exit } print; fflush() }'
+if [ "$quiet" = 0 ]; then
+  tail -s 0.1 -n +1 -F --pid="$qpid" "$log" 2>/dev/null | awk -v s="$start_marker" -v e="$end_marker" "$extract" &
+  streamer=$!
+fi
+
+limit=$((start + (deadline + boot_timeout) * 1000000))
+started_ms='' host_killed=0
+while kill -0 "$qpid" 2>/dev/null; do
+  now=${EPOCHREALTIME/./}
+  if [ -z "$started_ms" ] && grep -qF "$start_marker" "$log"; then
+    started_ms=$(((now - start) / 1000))
+  fi
+  if [ "$now" -gt "$limit" ]; then
+    kill -KILL "$qpid" 2>/dev/null || true
+    host_killed=1
+    break
+  fi
+  sleep 0.05
+done
+# (braces: bash would report a qemu we killed as "Killed" on stderr)
+{ wait "$qpid"; } 2>/dev/null && qrc=0 || qrc=$?
+qpid=
+wall_ms=$(((${EPOCHREALTIME/./} - start) / 1000))
+exec 9>&-
+if [ -n "$streamer" ]; then
+  wait "$streamer" || true
+  streamer=
+fi
+if [ -z "$started_ms" ] && grep -qF "$start_marker" "$log"; then
+  started_ms=$wall_ms # seen only after qemu was gone: at most this
+fi
+
+awk -v s="$start_marker" -v e="$end_marker" "$extract" "$log" >"$out/output"
+end=$(awk -v e="$end_marker" '{ i = index($0, e); if (i) { r = substr($0, i + length(e)); sub(/@@.*/, "", r); print r; exit } }' "$log")
+
+status=failed rc='' reason=''
+case "$end" in
+  rc=*) status=exited rc=${end#rc=} ;;
+  timeout) status=timeout reason="CMD killed at its ${deadline} s deadline" ;;
+  setup-failed*) reason="L1 setup failed:${end#setup-failed:}" ;;
+  *)
+    if [ "$host_killed" = 1 ]; then
+      reason="no end marker after $((deadline + boot_timeout)) s; qemu killed"
+    else
+      reason="qemu exited ($qrc) without the end marker"
+    fi
+    if [ -z "$started_ms" ]; then reason="$reason; CMD never started"; fi
+    ;;
+esac
+{
+  echo "status=$status"
+  echo "rc=$rc"
+  echo "reason=$reason"
+  echo "cmd_started_ms=$started_ms"
+  echo "wall_ms=$wall_ms"
+  echo "kernel=$NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION"
+} >"$out/result"
+
+case "$status" in
+  exited) exit "$rc" ;;
+  timeout)
+    keep_out=1
+    say "timed out: $reason (console log: $log)"
+    exit 124
+    ;;
+  *)
+    keep_out=1
+    say "failed: $reason"
+    say "console log: $log"
+    grep -v "TCG doesn't support requested feature" "$out/qemu.stderr" | sed 's/^/  qemu: /' >&2 || true
+    tail -n 20 "$log" | sed 's/^/  console: /' >&2
+    exit 125
+    ;;
+esac
