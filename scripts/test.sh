@@ -13,6 +13,11 @@ export BOXDESK_CACHE=${BOXDESK_CACHE:-/var/cache/boxdesk}
 export CARGO_TERM_COLOR=never
 step() { printf '\n=== %s\n' "$*"; }
 
+# Everything printed is also kept, so the closing line can total every test
+# runner's summary.
+log=$(mktemp /tmp/boxdesk-test.XXXXXX.log)
+exec > >(tee "$log") 2>&1
+
 step setup
 bash scripts/setup.sh
 
@@ -47,4 +52,6 @@ if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/nul
 else
   echo "skipped: no nightly toolchain or cargo-fuzz here; the decoder's property tests ran above"
 fi
-echo "all tests passed"
+# One closing line for the whole run: the sum of every `test result:` line.
+awk '/^test result: /{ for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+  END { printf "all: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

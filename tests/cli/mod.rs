@@ -448,7 +448,7 @@ fn exec_with_a_tty_runs_the_command_on_a_terminal() {
 }
 
 #[test]
-fn doctor_reports_the_namespace_backend_and_that_vm_backends_are_not_implemented() {
+fn doctor_reports_the_namespace_backend_the_hypervisor_probe_and_that_no_vmm_exists_yet() {
     let env = TestEnv::new();
     let out = env.run(["doctor"]);
     assert_eq!(out.code(), 0, "{out}");
@@ -457,10 +457,9 @@ fn doctor_reports_the_namespace_backend_and_that_vm_backends_are_not_implemented
         "{out}"
     );
     assert!(out.stdout.contains("bubblewrap: available"), "{out}");
-    assert!(
-        out.stdout.contains("VM backends: not implemented yet"),
-        "{out}"
-    );
+    assert!(out.stdout.contains("kvm backend: no VMM yet"), "{out}");
+    assert!(out.stdout.contains("--backend auto: namespace"), "{out}");
+    assert!(out.stdout.contains("hypervisor: "), "{out}");
     assert!(out.stdout.contains("/dev/kvm"), "{out}");
 }
 
