@@ -25,12 +25,14 @@ d=$(mktemp -d /tmp/boxdesk-unpriv.XXXXXX)
 trap 'rm -rf "$d"' EXIT
 install -m 0755 "$tests_bin" "$d/tests"
 install -m 0755 target/debug/boxdesk "$d/boxdesk"
-mkdir -p "$d/home" "$d/tmp"
-chown "$user" "$d/home" "$d/tmp"
-chmod 0700 "$d/home" "$d/tmp"
+mkdir -p "$d/home"
+chown "$user" "$d/home"
+chmod 0700 "$d/home"
 chmod 0755 "$d"
 uid=$(id -u "$user")
 echo "running $(basename "$tests_bin") as $user (uid $uid)"
 cd "$d"
-runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR="$d/tmp" \
+# TMPDIR stays /tmp: the tests' sockets must fit the 107-byte socket path
+# limit with a 64-character sandbox name.
+runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR=/tmp \
   BOXDESK_BIN="$d/boxdesk" BOXDESK_NESTED=0 RUST_BACKTRACE=1 "$d/tests" --test-threads=2
