@@ -14,7 +14,7 @@ use applevisor_sys::{
     HV_MEMORY_WRITE,
 };
 use vm_memory::bitmap::Bitmap;
-use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
+use vm_memory::GuestRegionMmap;
 
 use super::gic::Gic;
 use super::kick::KickState;
@@ -147,14 +147,7 @@ impl Vm for HvfVm {
     where
         B: Bitmap + Send + Sync + 'static,
     {
-        let mapping = region.get_mmap();
-        let slot = Slot {
-            guest: region.start_addr().0,
-            size: region.len(),
-            host: mapping.as_ptr() as usize,
-            flags,
-            _owner: mapping,
-        };
+        let slot = Slot::of_region(region, flags);
         let mut slots = self.shared.slots();
         let id = slots.insert(slot)?;
         let s = slots.get(id)?;

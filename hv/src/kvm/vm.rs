@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kvm_bindings::{kvm_userspace_memory_region, KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY};
 use kvm_ioctls::VmFd;
 use vm_memory::bitmap::Bitmap;
-use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
+use vm_memory::GuestRegionMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 #[cfg(target_arch = "aarch64")]
@@ -112,14 +112,7 @@ impl Vm for KvmVm {
     where
         B: Bitmap + Send + Sync + 'static,
     {
-        let mapping = region.get_mmap();
-        let slot = Slot {
-            guest: region.start_addr().0,
-            size: region.len(),
-            host: mapping.as_ptr() as usize,
-            flags,
-            _owner: mapping,
-        };
+        let slot = Slot::of_region(region, flags);
         let mut slots = self.slots();
         let id = slots.insert(slot)?;
         let slot = slots.get(id)?;

@@ -4,6 +4,9 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use vm_memory::bitmap::Bitmap;
+use vm_memory::{GuestMemoryRegion, GuestRegionMmap};
+
 use super::{MapFlags, MemoryError};
 
 /// One mapped region.
@@ -18,6 +21,24 @@ pub(crate) struct Slot {
     pub flags: MapFlags,
     /// Keeps the host mapping alive while the guest can reach it.
     pub _owner: Arc<dyn Any + Send + Sync>,
+}
+
+impl Slot {
+    /// The slot for `region`: its guest range and host pages, holding the
+    /// host mapping alive for as long as the slot exists.
+    pub fn of_region<B>(region: &GuestRegionMmap<B>, flags: MapFlags) -> Self
+    where
+        B: Bitmap + Send + Sync + 'static,
+    {
+        let mapping = region.get_mmap();
+        Self {
+            guest: region.start_addr().0,
+            size: region.len(),
+            host: mapping.as_ptr() as usize,
+            flags,
+            _owner: mapping,
+        }
+    }
 }
 
 impl std::fmt::Debug for Slot {
