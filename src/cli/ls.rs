@@ -10,7 +10,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use boxdesk::control::ControlClient;
+use boxdesk::control::{ClientError, ControlClient};
+use boxdesk::sandbox::namespace::StateDir;
 use boxdesk_platform::socket::{self, Staleness};
 use boxdesk_platform::{dirs, names, SandboxPaths};
 
@@ -169,16 +170,23 @@ pub fn info(name: &str) -> anyhow::Result<i32> {
 }
 
 /// `boxdesk stop NAME`: returns once the helper has exited; after
-/// [`STOP_WAIT`] it is killed.
+/// [`STOP_WAIT`] it is killed, also when it never answers the request.
 pub fn stop(name: &str) -> anyhow::Result<i32> {
     let (_, paths) = super::sandbox_paths(name)?;
     let mut client = ControlClient::connect(&paths.sock, name)?;
-    let info = client.info()?;
-    let pid: Option<i32> = get(&info, "pid").and_then(|p| p.parse().ok());
+    // Who listens, from the kernel rather than from `info`: a helper that
+    // does not answer (stopped, wedged) must still be found and killed.
+    let pid = client.peer_pid();
     let started = pid.and_then(start_time);
-    client.stop()?;
+    let deadline = Instant::now() + STOP_WAIT;
+    match client.stop() {
+        Ok(()) => {}
+        Err(e @ (ClientError::Io(_) | ClientError::Malformed(_))) if started.is_some() => {
+            tracing::warn!("{name} did not answer stop: {e}");
+        }
+        Err(e) => return Err(e.into()),
+    }
     if let (Some(pid), Some(started)) = (pid, started) {
-        let deadline = Instant::now() + STOP_WAIT;
         while alive(pid, started) {
             if Instant::now() > deadline {
                 tracing::warn!(
@@ -191,6 +199,16 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
                 let kill_deadline = Instant::now() + Duration::from_secs(2);
                 while alive(pid, started) && Instant::now() < kill_deadline {
                     std::thread::sleep(Duration::from_millis(5));
+                }
+                // The helper had no chance to clean up: do its part.
+                let left = dirs::state_dir()
+                    .ok()
+                    .and_then(|root| StateDir::left_behind(&root, name));
+                if let Some(state) = left {
+                    if let Err(e) = state.remove() {
+                        tracing::warn!("cannot remove {}: {e}", state.dir.display());
+                    }
+                    let _ = fs::remove_file(&paths.log);
                 }
                 break;
             }

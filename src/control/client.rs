@@ -66,6 +66,15 @@ impl ControlClient {
         })
     }
 
+    /// The pid of the process listening on the socket, as the kernel
+    /// recorded it at `connect` (`SO_PEERCRED`): known even when the
+    /// helper never answers.
+    pub fn peer_pid(&self) -> Option<i32> {
+        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+        let creds = getsockopt(self.reader.get_ref(), PeerCredentials).ok()?;
+        Some(creds.pid()).filter(|&pid| pid > 0)
+    }
+
     /// Sends one word and returns the reply's status line.
     pub fn request(&mut self, word: &str) -> Result<Reply, ClientError> {
         self.reader

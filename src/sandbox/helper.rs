@@ -295,7 +295,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
     };
     let prepared = dirs::state_dir()
         .map_err(NamespaceError::from)
-        .and_then(|root| StateDir::prepare(&root, &opts.name));
+        .and_then(|root| StateDir::prepare(&root, &opts.name, opts.keep));
     let state = match prepared {
         Ok(s) => s,
         Err(e) => {

@@ -81,11 +81,15 @@ pub struct StateDir {
     pub dir: PathBuf,
 }
 
+/// File in a state dir that marks it as `--keep`.
+const KEEP_MARKER: &str = "keep";
+
 impl StateDir {
     /// Creates (or reuses, after `--keep`) the state dir of `name` under the
     /// private boxdesk state root, with `root/`, `work/`, `results/` and
-    /// `run/` inside.
-    pub fn prepare(state_root: &Path, name: &str) -> Result<Self, NamespaceError> {
+    /// `run/` inside. With `keep`, a `keep` marker says so to a `boxdesk
+    /// stop` that has to kill an unanswering helper and clean up for it.
+    pub fn prepare(state_root: &Path, name: &str, keep: bool) -> Result<Self, NamespaceError> {
         boxdesk_platform::dirs::ensure_private_dir(state_root)?;
         let dir = state_root.join(name);
         let mk = |path: &Path, mode| match DirBuilder::new().mode(mode).create(path) {
@@ -102,7 +106,27 @@ impl StateDir {
         mk(&s.work(), 0o755)?;
         mk(&s.results(), 0o755)?;
         mk(&s.run(), 0o700)?;
+        let marker = s.dir.join(KEEP_MARKER);
+        let marked = if keep {
+            fs::write(&marker, b"")
+        } else {
+            fs::remove_file(&marker).or_else(|e| match e.kind() {
+                io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+        };
+        marked.map_err(|source| NamespaceError::State {
+            path: marker,
+            source,
+        })?;
         Ok(s)
+    }
+
+    /// The state dir of `name` if it exists and was not started with
+    /// `--keep`: what a helper killed before its own clean-up leaves behind.
+    pub fn left_behind(state_root: &Path, name: &str) -> Option<Self> {
+        let dir = state_root.join(name);
+        (dir.is_dir() && !dir.join(KEEP_MARKER).exists()).then_some(StateDir { dir })
     }
 
     /// Backs `/root`.

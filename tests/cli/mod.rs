@@ -543,3 +543,199 @@ fn killing_a_foreground_run_stops_its_sandbox() {
     assert!(!env.sock("orphan").exists());
     assert!(!env.state_of("orphan").exists());
 }
+
+/// Reads the PTY master `pty` into `seen` until `want` appears (carriage
+/// returns dropped), each read waiting at most 10 s. End of file (`EIO`
+/// once every slave is closed) before `want` fails the test.
+fn read_pty_until(pty: &mut fs::File, seen: &mut String, want: &str) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    while !seen.replace('\r', "").contains(want) {
+        let mut fds = [PollFd::new(pty.as_fd(), PollFlags::POLLIN)];
+        let n = poll(&mut fds, PollTimeout::from(10_000u16)).expect("poll");
+        assert!(
+            n > 0,
+            "no output within 10 s; waiting for {want:?}, got {seen:?}"
+        );
+        let mut buf = [0u8; 4096];
+        match pty.read(&mut buf) {
+            Ok(0) | Err(_) => panic!("the PTY closed; waiting for {want:?}, got {seen:?}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+}
+
+#[test]
+fn a_window_size_change_reaches_the_sandbox_as_a_resize() {
+    use nix::pty::{openpty, Winsize};
+    use std::os::fd::AsRawFd;
+    let size = |rows, cols| Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let env = TestEnv::new();
+    let sb = env.start("winch", &[]);
+    let pty = openpty(Some(&size(24, 80)), None).expect("openpty");
+    let script = "stty size; read x; stty size";
+    let mut cli = {
+        let mut c = env.cmd(["exec", "-t", "winch", "--", "sh", "-c", script]);
+        c.stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stdout(Stdio::from(pty.slave))
+            .stderr(Stdio::piped());
+        // `c` goes out of scope here, and with it our slave descriptors:
+        // the master reads EIO once the CLI is gone.
+        support::KillOnDrop(c.spawn().unwrap())
+    };
+    let mut master = fs::File::from(pty.master);
+    let mut seen = String::new();
+    // The CLI blocks SIGWINCH and opens its signalfd before it sends the
+    // command, so once the first size is out a SIGWINCH cannot be lost.
+    read_pty_until(&mut master, &mut seen, "24 80\n");
+
+    let new = size(50, 132);
+    // SAFETY: TIOCSWINSZ reads one `winsize` from a valid pointer; the
+    // descriptor is the open PTY master.
+    let rc = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &new) };
+    assert_eq!(rc, 0, "TIOCSWINSZ: {}", std::io::Error::last_os_error());
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(cli.0.id() as i32, libc::SIGWINCH) };
+    // Wait until the sandbox's PTY has the new size before releasing
+    // `read`: the Resize and the newline travel from different threads of
+    // the CLI, so their order on the wire is not otherwise fixed.
+    let start = std::time::Instant::now();
+    loop {
+        let out = sb.sh(r#"for p in /dev/pts/[0-9]*; do stty size < "$p"; done"#);
+        if out.stdout.lines().any(|l| l == "50 132") {
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the sandbox's PTY never got the new size: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    master.write_all(b"\n").unwrap();
+    read_pty_until(&mut master, &mut seen, "50 132\n");
+
+    let status = support::wait_exit(&mut cli.0);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(cli.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}\n--- pty\n{seen}");
+    let sizes: Vec<&str> = seen
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| l.ends_with(" 80") || l.ends_with(" 132"))
+        .collect();
+    assert_eq!(sizes, ["24 80", "50 132"], "{seen:?}");
+}
+
+/// Resumes and kills a SIGSTOPped helper on drop if it is still the same
+/// live process, so a failing test leaves nothing frozen behind.
+struct Frozen {
+    pid: u32,
+    started: Option<String>,
+}
+
+impl Frozen {
+    fn start_time(pid: u32) -> Option<String> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split(' ').nth(19).map(str::to_owned)
+    }
+
+    fn stop(pid: u32) -> Self {
+        let started = Self::start_time(pid);
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        Frozen { pid, started }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if self.started.is_some()
+            && Self::start_time(self.pid) == self.started
+            && support::pid_alive(self.pid)
+        {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(self.pid as i32, libc::SIGCONT);
+                libc::kill(self.pid as i32, libc::SIGKILL);
+            }
+            support::wait_gone(self.pid);
+        }
+    }
+}
+
+#[test]
+fn stop_kills_a_helper_that_does_not_answer_within_ten_seconds() {
+    use std::io::{BufRead, BufReader};
+    let env = TestEnv::new();
+    let _sb = env.start("frozen", &[]);
+    let info = env.info("frozen");
+    let helper: u32 = info["pid"].parse().unwrap();
+    let sandbox: u32 = info["sandbox_pid"].parse().unwrap();
+
+    // A command running in the sandbox, found on the host by a marker.
+    let marker = support::unique("frozenmark");
+    let script = format!("echo up; sleep 3600; : {marker}");
+    let mut c = env.cmd(["exec", "frozen", "--", "sh", "-c", &script]);
+    c.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut cli = support::KillOnDrop(c.spawn().unwrap());
+    let mut line = String::new();
+    BufReader::new(cli.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "up\n");
+    let in_sandbox = || -> Vec<u32> {
+        support::pids_with(&marker)
+            .into_iter()
+            .filter(|&p| p != cli.0.id())
+            .collect()
+    };
+    assert!(
+        !in_sandbox().is_empty(),
+        "the marked command is not running"
+    );
+
+    let _frozen = Frozen::stop(helper);
+    let start = std::time::Instant::now();
+    let out = env.run(["stop", "frozen"]);
+    let took = start.elapsed();
+    // Documented: stop returns once the helper has exited, killing it
+    // after 10 s; that is success.
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(took.as_secs() < 30, "stop took {took:?}");
+    assert!(out.stderr.contains("killing it"), "{out}");
+
+    // Dead (absent, or a zombie nobody reaps: it was started detached).
+    assert!(!support::pid_alive(helper), "the helper survived stop");
+    assert!(
+        support::wait_gone(sandbox),
+        "the sandbox outlived its helper"
+    );
+    let start = std::time::Instant::now();
+    while !in_sandbox().is_empty() {
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "sandboxed processes outlived the sandbox: {:?}",
+            in_sandbox()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let status = support::wait_exit(&mut cli.0);
+    assert_ne!(status.code(), Some(0), "the exec cannot have succeeded");
+
+    let out = env.run(["ls", "--json"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout.trim(), "[]", "{out}");
+    assert!(!env.sock("frozen").exists(), "control socket left behind");
+    assert!(!env.agent("frozen").exists(), "agent socket left behind");
+    assert!(
+        !env.state_of("frozen").exists(),
+        "the state dir of a killed helper is left behind"
+    );
+}

@@ -373,3 +373,29 @@ pub fn unique(tag: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// A spawned child killed and reaped on drop, so a failing test leaves no
+/// process behind.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits up to [`DEADLINE`] for `child` to exit.
+pub fn wait_exit(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "command did not finish within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
