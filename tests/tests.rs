@@ -12,6 +12,7 @@
 
 mod cli;
 mod control;
+mod cowork;
 mod namespace;
 mod nested;
 mod support;

@@ -5,6 +5,7 @@
 //! This module owns argument parsing and exit codes. It must never hold
 //! sandbox logic: each sub-command is a thin module over the library.
 
+mod cowork;
 mod cp;
 mod doctor;
 mod exec;
@@ -74,6 +75,14 @@ enum Cmd {
     },
     /// Say which backends can run here, and why not.
     Doctor,
+    /// Serve the Claude Desktop app's cowork helper protocol on SOCKET
+    /// (the app runs `HELPER -socket PATH`).
+    Cowork {
+        /// The socket to serve on (also `-socket`); its directory must be
+        /// 0700 and ours.
+        #[arg(long)]
+        socket: PathBuf,
+    },
     /// The per-sandbox helper process (internal).
     #[command(name = "__vmm", hide = true)]
     Vmm(VmmArgs),
@@ -172,7 +181,7 @@ struct VmmArgs {
 
 /// Parses the arguments, runs the command and returns the exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(cowork::rewrite_single_dash(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -184,6 +193,9 @@ pub fn main() -> i32 {
             };
         }
     };
+    if let Cmd::Cowork { socket } = cli.cmd {
+        return cowork::cowork(socket);
+    }
     let detached_helper = matches!(&cli.cmd, Cmd::Vmm(a) if !a.foreground);
     init_logging(detached_helper);
     let outcome = match cli.cmd {
@@ -206,6 +218,7 @@ pub fn main() -> i32 {
         Cmd::Info { name } => ls::info(&name),
         Cmd::Doctor => doctor::doctor(),
         Cmd::Vmm(a) => vmm(a),
+        Cmd::Cowork { .. } => unreachable!("handled above"),
     };
     match outcome {
         Ok(code) => code,

@@ -59,6 +59,11 @@ impl AgentAddr {
         })
     }
 
+    /// The path to connect to (`/proc/self/fd/…` for a long one).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Connects to the agent.
     pub fn connect(&self) -> io::Result<UnixStream> {
         UnixStream::connect(&self.path)

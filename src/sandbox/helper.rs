@@ -399,14 +399,7 @@ fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
             source,
         }
     })?;
-    let spec = Spec {
-        name: opts.name.clone(),
-        net: opts.net,
-        host,
-        state: shared.state.clone(),
-        exe,
-        rust_log: std::env::var_os("BOXDESK_AGENT_LOG"),
-    };
+    let spec = Spec::for_state(opts.name.clone(), opts.net, host, &shared.state, exe);
     let log = OpenOptions::new()
         .create(true)
         .append(true)

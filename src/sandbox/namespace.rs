@@ -220,6 +220,44 @@ pub fn scan_host(root: &Path) -> io::Result<Vec<HostEntry>> {
     Ok(out)
 }
 
+/// A writable or extra mount inside the sandbox, after the host's
+/// read-only entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bind {
+    /// A host directory bound read-write.
+    Rw {
+        /// The host directory.
+        host: PathBuf,
+        /// Where it appears inside.
+        inside: PathBuf,
+    },
+    /// A host path bound read-only.
+    Ro {
+        /// The host path.
+        host: PathBuf,
+        /// Where it appears inside.
+        inside: PathBuf,
+    },
+}
+
+impl StateDir {
+    /// The binds of a `boxdesk run` sandbox: `/root` (HOME), `/work` (cwd)
+    /// and `/results`, read-write.
+    pub fn binds(&self) -> Vec<Bind> {
+        [
+            (self.root(), "/root"),
+            (self.work(), "/work"),
+            (self.results(), "/results"),
+        ]
+        .into_iter()
+        .map(|(host, inside)| Bind::Rw {
+            host,
+            inside: inside.into(),
+        })
+        .collect()
+    }
+}
+
 /// What the bwrap command line is built from.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -229,12 +267,44 @@ pub struct Spec {
     pub net: bool,
     /// The host entries to share read-only (see [`scan_host`]).
     pub host: Vec<HostEntry>,
-    /// The state dir behind the writable paths.
-    pub state: StateDir,
+    /// The sandbox's own mounts, in order (a `boxdesk run` sandbox:
+    /// [`StateDir::binds`]).
+    pub binds: Vec<Bind>,
+    /// The host directory bound at [`RUN_INSIDE`], where the agent listens.
+    pub run_dir: PathBuf,
+    /// `HOME` and the working directory of the agent (and the default of
+    /// its execs).
+    pub home: PathBuf,
+    /// The agent's working directory.
+    pub cwd: PathBuf,
     /// The host path of the boxdesk binary, bound at [`EXE_INSIDE`].
     pub exe: PathBuf,
     /// `RUST_LOG` for the agent, if any.
     pub rust_log: Option<OsString>,
+}
+
+impl Spec {
+    /// The spec of a `boxdesk run` sandbox over `state`: HOME `/root`,
+    /// cwd `/work`.
+    pub fn for_state(
+        name: String,
+        net: bool,
+        host: Vec<HostEntry>,
+        state: &StateDir,
+        exe: PathBuf,
+    ) -> Self {
+        Spec {
+            name,
+            net,
+            host,
+            binds: state.binds(),
+            run_dir: state.run(),
+            home: "/root".into(),
+            cwd: "/work".into(),
+            exe,
+            rust_log: std::env::var_os("BOXDESK_AGENT_LOG"),
+        }
+    }
 }
 
 /// The bwrap arguments (after `bwrap` itself) for `spec`, with the seccomp
@@ -264,20 +334,22 @@ pub fn bwrap_args(spec: &Spec, seccomp_fd: i32) -> Vec<OsString> {
         }
     }
     push(&[&"--dev", &"/dev", &"--proc", &"/proc", &"--tmpfs", &"/tmp"]);
-    let st = &spec.state;
-    push(&[&"--bind", &st.root(), &"/root"]);
-    push(&[&"--bind", &st.work(), &"/work"]);
-    push(&[&"--bind", &st.results(), &"/results"]);
-    push(&[&"--bind", &st.run(), &RUN_INSIDE]);
+    for bind in &spec.binds {
+        match bind {
+            Bind::Rw { host, inside } => push(&[&"--bind", host, inside]),
+            Bind::Ro { host, inside } => push(&[&"--ro-bind", host, inside]),
+        }
+    }
+    push(&[&"--bind", &spec.run_dir, &RUN_INSIDE]);
     push(&[&"--ro-bind", &spec.exe, &EXE_INSIDE]);
-    push(&[&"--chdir", &"/work", &"--clearenv"]);
+    push(&[&"--chdir", &spec.cwd, &"--clearenv"]);
     push(&[
         &"--setenv",
         &"PATH",
         &PATH_INSIDE,
         &"--setenv",
         &"HOME",
-        &"/root",
+        &spec.home,
     ]);
     push(&[&"--setenv", &"BOXDESK_NAMESPACE", &"1"]);
     if let Some(log) = &spec.rust_log {
@@ -357,22 +429,17 @@ mod tests {
     use super::*;
 
     fn spec(net: bool) -> Spec {
-        Spec {
-            name: "t1".into(),
-            net,
-            host: vec![
-                HostEntry::Dir("/usr".into()),
-                HostEntry::Symlink {
-                    path: "/bin".into(),
-                    target: "usr/bin".into(),
-                },
-            ],
-            state: StateDir {
-                dir: "/s/t1".into(),
+        let host = vec![
+            HostEntry::Dir("/usr".into()),
+            HostEntry::Symlink {
+                path: "/bin".into(),
+                target: "usr/bin".into(),
             },
-            exe: "/opt/boxdesk".into(),
-            rust_log: None,
-        }
+        ];
+        let state = StateDir {
+            dir: "/s/t1".into(),
+        };
+        Spec::for_state("t1".into(), net, host, &state, "/opt/boxdesk".into())
     }
 
     fn joined(args: &[OsString]) -> String {

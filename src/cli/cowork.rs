@@ -1,0 +1,80 @@
+//! `boxdesk cowork -socket PATH`: logging whose level `setDebugLogging`
+//! can change at runtime, then the server of [`boxdesk::cowork`].
+//!
+//! The app passes `-socket` with one dash; clap knows only `--socket`, so
+//! the argument is rewritten before parsing.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::reload;
+
+use super::EXIT_BOXDESK;
+
+/// `boxdesk cowork -socket P` → `boxdesk cowork --socket P` (also
+/// `-socket=P`); other arguments are left alone.
+pub fn rewrite_single_dash(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.collect();
+    if args.get(1).is_some_and(|a| a == "cowork") {
+        for a in args.iter_mut().skip(2) {
+            if a == "-socket" {
+                *a = "--socket".into();
+            } else if let Some(rest) = a.to_str().and_then(|s| s.strip_prefix("-socket=")) {
+                *a = format!("--socket={rest}").into();
+            }
+        }
+    }
+    args
+}
+
+/// Runs the server; logs are lines on stderr (the app copies them to its
+/// log file).
+pub fn cowork(socket: PathBuf) -> i32 {
+    let base = match std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|l| l.parse::<LevelFilter>().ok())
+    {
+        Some(level) => level,
+        None => LevelFilter::INFO,
+    };
+    let (filter, handle) = reload::Layer::new(base);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false);
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init();
+    let debug = Arc::new(move |on: bool| {
+        let level = if on { LevelFilter::DEBUG } else { base };
+        let _ = handle.modify(|f| *f = level);
+        tracing::info!("debug logging {}", if on { "on" } else { "off" });
+    });
+    match boxdesk::cowork::main(boxdesk::cowork::Options { socket, debug }) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("boxdesk cowork: {e}");
+            EXIT_BOXDESK
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_apps_single_dash_socket_flag_is_accepted() {
+        let a = |v: &[&str]| rewrite_single_dash(v.iter().map(OsString::from));
+        assert_eq!(
+            a(&["boxdesk", "cowork", "-socket", "/s"]),
+            a(&["boxdesk", "cowork", "--socket", "/s"])
+        );
+        assert_eq!(a(&["boxdesk", "cowork", "-socket=/s"])[2], "--socket=/s");
+        assert_eq!(a(&["boxdesk", "run", "-socket"])[2], "-socket");
+    }
+}

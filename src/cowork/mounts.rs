@@ -1,0 +1,483 @@
+//! Host folders into running namespace sandboxes.
+//!
+//! At start-up, while still single-threaded, the server enters a mount
+//! namespace of its own ([`enter_private_namespace`]; unprivileged, inside
+//! a user namespace that maps only our uid and gid onto themselves, so
+//! files, peers and sandboxes see the same ids as outside). Everything it
+//! mounts stays in that namespace: the host's mount table is never touched.
+//!
+//! A profile's sessions dir and home mirror are made *shared* mounts
+//! ([`make_shared`]) before its sandboxes start; bwrap's copies of them are
+//! slaves, so a folder attached later beneath them ([`attach`]) appears in
+//! every running sandbox at once. A folder is attached as a detached clone
+//! (`open_tree`), made read-only *before* it is attached when asked
+//! (`mount_setattr`; flags set after attaching do not propagate), then
+//! moved into place (`move_mount`).
+//!
+//! Paths from the client are resolved by [`resolve_in_home`]: lexically
+//! under the user's home, no `..`, then opened beneath the home directory
+//! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside. Mount
+//! targets are made and opened by [`dir_beneath`] without following any
+//! symlink, because sandboxed processes can write the directories they are
+//! in. This module never mounts by a path string the client chose.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Why a folder cannot be mounted.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// This server could not get a mount namespace of its own.
+    #[error("mounts are unavailable here: {0}")]
+    Unavailable(String),
+    /// The path has a `..` component or is not absolute.
+    #[error("{0:?} has a `..` component")]
+    DotDot(String),
+    /// The path is not beneath the user's home.
+    #[error("{path:?} is not under the home directory {}", home.display())]
+    OutsideHome {
+        /// The path asked for.
+        path: String,
+        /// The home directory.
+        home: PathBuf,
+    },
+    /// A name is empty, `.`, `..` or holds `/` or NUL.
+    #[error("bad name {0:?}")]
+    BadName(String),
+    /// A system call failed.
+    #[error("{what} {}: {source}", path.display())]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+}
+
+fn os<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> MountError + 'a {
+    move |source| MountError::Os {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+static SUPPORT: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Enters a private mount namespace (and, when not root, a user namespace
+/// mapping only our ids) and makes every inherited mount a slave, so
+/// nothing mounted here reaches the host. Must be called while the process
+/// is single-threaded; the outcome is kept for [`available`].
+pub fn enter_private_namespace() -> Result<(), String> {
+    let outcome = SUPPORT.get_or_init(|| unshare_private().map_err(|e| e.to_string()));
+    outcome.clone()
+}
+
+/// Whether [`enter_private_namespace`] succeeded.
+pub fn available() -> Result<(), MountError> {
+    match SUPPORT.get() {
+        Some(Ok(())) => Ok(()),
+        Some(Err(why)) => Err(MountError::Unavailable(why.clone())),
+        None => Err(MountError::Unavailable("no private mount namespace".into())),
+    }
+}
+
+fn unshare_private() -> io::Result<()> {
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let flags = if uid == 0 {
+        libc::CLONE_NEWNS
+    } else {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    };
+    // SAFETY: unshare takes flags only; the caller is single-threaded, as
+    // CLONE_NEWUSER requires.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if uid != 0 {
+        std::fs::write("/proc/self/setgroups", "deny")?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    }
+    let root = c"/";
+    // SAFETY: a propagation change on "/" with no source, type or data.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
+}
+
+/// Binds `dir` onto itself and makes it a shared mount, once: mounts
+/// attached beneath it then reach the sandboxes' copies of it.
+pub fn make_shared(dir: &Path) -> Result<(), MountError> {
+    available()?;
+    let c = cpath(dir).map_err(os("naming", dir))?;
+    if !is_mount_root(dir).map_err(os("inspecting", dir))? {
+        // SAFETY: a bind of an existing directory onto itself.
+        let rc = unsafe {
+            libc::mount(
+                c.as_ptr(),
+                c.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(os("binding", dir)(io::Error::last_os_error()));
+        }
+    }
+    // SAFETY: a propagation change on a mount we own.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c.as_ptr(),
+            std::ptr::null(),
+            libc::MS_SHARED,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(os("sharing", dir)(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Whether `path` is the root of a mount (`statx` STATX_ATTR_MOUNT_ROOT),
+/// not following a final symlink.
+pub fn is_mount_root(path: &Path) -> io::Result<bool> {
+    let c = cpath(path)?;
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `stx` a valid out-pointer.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+            &mut stx,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let attr = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok(stx.stx_attributes_mask & attr != 0 && stx.stx_attributes & attr != 0)
+}
+
+/// The components of a client path (`subpath` relative to `/`, or an
+/// absolute path) with `.` dropped; `..` is refused.
+pub fn components(path: &str) -> Result<Vec<&str>, MountError> {
+    let mut out = Vec::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => return Err(MountError::DotDot(path.into())),
+            Component::Normal(n) => out.push(n.to_str().unwrap_or_default()),
+            Component::Prefix(_) => return Err(MountError::DotDot(path.into())),
+        }
+    }
+    Ok(out)
+}
+
+/// The part of `path` (relative to `/`) beneath `home`, checked lexically.
+pub fn rel_to_home(home: &Path, path: &str) -> Result<PathBuf, MountError> {
+    let comps = components(path)?;
+    let abs: PathBuf = std::iter::once("/").chain(comps).collect();
+    match abs.strip_prefix(home) {
+        Ok(rel) => Ok(rel.to_owned()),
+        Err(_) => Err(MountError::OutsideHome {
+            path: path.into(),
+            home: home.to_owned(),
+        }),
+    }
+}
+
+/// Opens the directory `path` (relative to `/`) beneath `home` as an
+/// `O_PATH` descriptor, creating missing directories beneath home; `..`,
+/// paths outside home and symlinks leading outside are refused.
+pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
+    let rel = rel_to_home(home, path)?;
+    let home_fd = open_dir(home)?;
+    let names: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    walk(
+        &home_fd,
+        &names,
+        home,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// Opens (creating as needed) the directory `base/names…` without
+/// following any symlink on the way; each name is checked.
+pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
+    for n in names {
+        check_name(n)?;
+    }
+    let base_fd = open_dir(base)?;
+    let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
+    walk(
+        &base_fd,
+        &names,
+        base,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+    )
+}
+
+/// Refuses a mount or session name that is not one path component.
+pub fn check_name(n: &str) -> Result<(), MountError> {
+    if n.is_empty() || n == "." || n == ".." || n.contains('/') || n.contains('\0') || n.len() > 255
+    {
+        return Err(MountError::BadName(n.into()));
+    }
+    Ok(())
+}
+
+fn open_dir(p: &Path) -> Result<OwnedFd, MountError> {
+    let c = cpath(p).map_err(os("naming", p))?;
+    // SAFETY: `c` is a valid C string; the returned fd is owned below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(os("opening", p)(io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `names` one at a time beneath `start` with `resolve` flags,
+/// making each missing directory.
+fn walk(
+    start: &OwnedFd,
+    names: &[String],
+    shown: &Path,
+    resolve: u64,
+) -> Result<OwnedFd, MountError> {
+    let mut cur = open_at(start, ".", resolve).map_err(os("opening", shown))?;
+    let mut here = shown.to_owned();
+    for n in names {
+        here.push(n);
+        let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName(n.clone()))?;
+        // SAFETY: `cur` is a valid directory fd and `c` a valid C string;
+        // mkdirat never follows a symlink in its last component.
+        let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(os("creating", &here)(e));
+            }
+        }
+        cur = open_at(&cur, n, resolve).map_err(os("opening", &here))?;
+    }
+    Ok(cur)
+}
+
+fn open_at(dir: &OwnedFd, name: &str, resolve: u64) -> io::Result<OwnedFd> {
+    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is plain old data; all-zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: `how` is a valid open_how of the size passed; `c` is a valid
+    // C string and `dir` a valid directory fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Mounts the tree at `src` on the directory `target` (both `O_PATH`
+/// descriptors from [`resolve_in_home`] and [`dir_beneath`]), read-only
+/// throughout when `read_only`. A mount already at `target` is replaced.
+pub fn attach(
+    src: &OwnedFd,
+    target: &OwnedFd,
+    read_only: bool,
+    shown: &Path,
+) -> Result<(), MountError> {
+    available()?;
+    let proc_target = PathBuf::from(format!("/proc/self/fd/{}", target.as_raw_fd()));
+    if is_mount_root(&proc_target).unwrap_or(false) {
+        detach(&proc_target);
+    }
+    let empty = c"";
+    // SAFETY: open_tree on a valid fd with an empty path; the result is a
+    // fresh descriptor owned below.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            src.as_raw_fd(),
+            empty.as_ptr(),
+            OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | libc::AT_RECURSIVE as libc::c_uint
+                | libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        return Err(os("cloning", shown)(io::Error::last_os_error()));
+    }
+    // SAFETY: open_tree returned a fresh descriptor nobody else owns.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    if read_only {
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: `attr` is a valid mount_attr of the size passed.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                empty.as_ptr(),
+                (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        if rc != 0 {
+            return Err(os("making read-only", shown)(io::Error::last_os_error()));
+        }
+    }
+    // SAFETY: moves the detached tree onto the target directory; both are
+    // valid descriptors and the paths are empty.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(os("mounting on", shown)(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Lazily unmounts whatever is mounted at `path` (errors ignored: nothing
+/// mounted is the outcome wanted).
+pub fn detach(path: &Path) {
+    if let Ok(c) = cpath(path) {
+        // SAFETY: `c` is a valid C string; MNT_DETACH only unmounts.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_paths_are_checked_against_home_before_anything_is_opened() {
+        let home = Path::new("/home/u");
+        assert_eq!(
+            rel_to_home(home, "home/u/proj/a").unwrap(),
+            Path::new("proj/a")
+        );
+        assert_eq!(
+            rel_to_home(home, "/home/u/./proj").unwrap(),
+            Path::new("proj")
+        );
+        assert!(matches!(
+            rel_to_home(home, "home/u/../../etc"),
+            Err(MountError::DotDot(_))
+        ));
+        assert!(matches!(
+            rel_to_home(home, "etc"),
+            Err(MountError::OutsideHome { .. })
+        ));
+        assert!(matches!(
+            rel_to_home(home, "home/user2"),
+            Err(MountError::OutsideHome { .. })
+        ));
+    }
+
+    #[test]
+    fn names_must_be_one_component() {
+        for bad in ["", ".", "..", "a/b", "a\0b"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        check_name(".skills").unwrap();
+    }
+
+    #[test]
+    fn a_symlink_leading_out_of_home_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        std::fs::create_dir_all(home.join("real")).unwrap();
+        std::os::unix::fs::symlink("/etc", home.join("esc")).unwrap();
+        std::os::unix::fs::symlink("real", home.join("inside")).unwrap();
+        let rel = |p: &str| format!("{}/{p}", home.display());
+        assert!(resolve_in_home(&home, &rel("real")).is_ok());
+        assert!(resolve_in_home(&home, &rel("inside")).is_ok());
+        assert!(resolve_in_home(&home, &rel("esc")).is_err());
+        assert!(resolve_in_home(&home, &rel("new/dir")).is_ok());
+        assert!(home.join("new/dir").is_dir());
+    }
+
+    #[test]
+    fn mount_targets_never_follow_a_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("s")).unwrap();
+        std::os::unix::fs::symlink("/tmp", t.path().join("s/mnt")).unwrap();
+        assert!(dir_beneath(t.path(), &["s", "mnt", "x"]).is_err());
+        assert!(dir_beneath(t.path(), &["s", "ok", "x"]).is_ok());
+        assert!(t.path().join("s/ok/x").is_dir());
+    }
+}

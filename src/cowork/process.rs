@@ -1,0 +1,559 @@
+//! Spawned processes: the table behind `isProcessRunning`, `kill` and
+//! `writeStdin`, and the task that runs one process as one channel session
+//! with the sandbox's agent and turns its frames into events.
+//!
+//! Ids are the client's. An entry carries a generation, so the exit of an
+//! old process can never touch the entry of a newer one with the same id.
+//! A process that fails to start gets an `error` event and an `exit` event
+//! (126 for permission errors, 127 otherwise); one whose sandbox vanished
+//! gets `error` and `exit` with `signal: "SIGKILL"` — never an id stuck
+//! "running". Output events wait for room in the profile's queue, which is
+//! what back-pressures the process.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use boxdesk_channel::{Exec, Frame, SecretBytes};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::events::Events;
+use super::sandbox::Sandbox;
+use super::utf8::Utf8Stream;
+use super::wire;
+
+/// What the client asks of a running process.
+#[derive(Debug)]
+pub enum Command {
+    /// Bytes for its stdin.
+    Stdin(SecretBytes),
+    /// A signal for its process group.
+    Signal(i32),
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Exited with this status.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl Ended {
+    fn fields(self) -> (Value, Value) {
+        match self {
+            Ended::Code(c) => (json!(c), Value::Null),
+            Ended::Signal(s) => (Value::Null, json!(signal_name(s))),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Running(mpsc::Sender<Command>),
+    Exited(Ended),
+}
+
+#[derive(Debug)]
+struct Entry {
+    generation: u64,
+    name: String,
+    one_shot: bool,
+    state: State,
+}
+
+/// A profile's processes by client id.
+#[derive(Debug, Default)]
+pub struct Procs {
+    map: Mutex<HashMap<String, Entry>>,
+    next: AtomicU64,
+}
+
+/// Why a process request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcError {
+    /// The id names no process.
+    #[error("no process with id {0}")]
+    Unknown(String),
+    /// The id names a process that has exited.
+    #[error("process {0} has exited")]
+    Exited(String),
+    /// A spawn reused the id of a running process.
+    #[error("process id {0} is already running")]
+    Running(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What [`Procs::status`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Never seen (or a one-shot process that has been forgotten).
+    Unknown,
+    /// Running.
+    Running,
+    /// Ended.
+    Exited(Ended),
+}
+
+impl Procs {
+    /// Registers a new process under `id`; its commands arrive on the
+    /// returned receiver. Refused while a process with that id runs.
+    pub fn register(
+        &self,
+        id: &str,
+        name: &str,
+        one_shot: bool,
+    ) -> Result<(u64, mpsc::Receiver<Command>), ProcError> {
+        let mut map = lock(&self.map);
+        if matches!(
+            map.get(id),
+            Some(Entry {
+                state: State::Running(_),
+                ..
+            })
+        ) {
+            return Err(ProcError::Running(id.into()));
+        }
+        let generation = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(64);
+        map.insert(
+            id.into(),
+            Entry {
+                generation,
+                name: name.into(),
+                one_shot,
+                state: State::Running(tx),
+            },
+        );
+        Ok((generation, rx))
+    }
+
+    /// Records the end of generation `generation` of `id`; a newer process
+    /// with the same id is left alone. One-shot processes are forgotten.
+    pub fn finish(&self, id: &str, generation: u64, ended: Ended) {
+        let mut map = lock(&self.map);
+        if let Some(e) = map.get_mut(id) {
+            if e.generation == generation {
+                if e.one_shot {
+                    map.remove(id);
+                } else {
+                    e.state = State::Exited(ended);
+                }
+            }
+        }
+    }
+
+    /// Whether `id` runs, and how it ended.
+    pub fn status(&self, id: &str) -> Status {
+        match lock(&self.map).get(id) {
+            None => Status::Unknown,
+            Some(Entry {
+                state: State::Running(_),
+                ..
+            }) => Status::Running,
+            Some(Entry {
+                state: State::Exited(e),
+                ..
+            }) => Status::Exited(*e),
+        }
+    }
+
+    /// The session name of process `id`.
+    pub fn name_of(&self, id: &str) -> Option<String> {
+        lock(&self.map).get(id).map(|e| e.name.clone())
+    }
+
+    /// Whether any process of session `name` is running.
+    pub fn session_busy(&self, name: &str) -> bool {
+        lock(&self.map)
+            .values()
+            .any(|e| e.name == name && matches!(e.state, State::Running(_)))
+    }
+
+    /// Sends `cmd` to running process `id`.
+    pub async fn send(&self, id: &str, cmd: Command) -> Result<(), ProcError> {
+        let tx = match lock(&self.map).get(id) {
+            None => return Err(ProcError::Unknown(id.into())),
+            Some(Entry {
+                state: State::Running(tx),
+                ..
+            }) => tx.clone(),
+            Some(Entry {
+                state: State::Exited(_),
+                ..
+            }) => return Err(ProcError::Exited(id.into())),
+        };
+        // The task drops its receiver only after recording the exit.
+        tx.send(cmd).await.map_err(|_| ProcError::Exited(id.into()))
+    }
+
+    /// Signals every running process (stopVM, shutdown).
+    pub fn signal_all(&self, sig: i32) {
+        for e in lock(&self.map).values() {
+            if let State::Running(tx) = &e.state {
+                let _ = tx.try_send(Command::Signal(sig));
+            }
+        }
+    }
+
+    /// How many processes are running.
+    pub fn running(&self) -> usize {
+        lock(&self.map)
+            .values()
+            .filter(|e| matches!(e.state, State::Running(_)))
+            .count()
+    }
+}
+
+/// The name of signal `n` (`"SIGTERM"`), or `"SIG<n>"`.
+pub fn signal_name(n: i32) -> String {
+    match nix::sys::signal::Signal::try_from(n) {
+        Ok(s) => s.as_str().to_owned(),
+        Err(_) => format!("SIG{n}"),
+    }
+}
+
+/// A signal given by name (`SIGTERM`, `TERM`, any case) or number.
+pub fn parse_signal(v: &Value) -> Option<i32> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| (1..=64).contains(n)),
+        Value::String(s) => {
+            if let Ok(n) = s.parse::<i32>() {
+                return (1..=64).contains(&n).then_some(n);
+            }
+            let up = s.to_ascii_uppercase();
+            let full = if up.starts_with("SIG") {
+                up
+            } else {
+                format!("SIG{up}")
+            };
+            full.parse::<nix::sys::signal::Signal>()
+                .ok()
+                .map(|s| s as i32)
+        }
+        _ => None,
+    }
+}
+
+/// An output event frame: `{"type":kind,"id":id,"data":text}`. This is
+/// the hot path of process output, so the text is escaped here in runs
+/// rather than character by character.
+pub fn output_event(kind: &str, id: &Value, text: &str) -> Bytes {
+    let mut w = BytesMut::with_capacity(text.len() + 64).writer();
+    w.get_mut().put_u32(0);
+    w.get_mut().put_slice(b"{\"type\":\"");
+    w.get_mut().put_slice(kind.as_bytes());
+    w.get_mut().put_slice(b"\",\"id\":");
+    // Writing JSON into memory cannot fail.
+    let _ = serde_json::to_writer(&mut w, id);
+    let mut out = w.into_inner();
+    out.put_slice(b",\"data\":\"");
+    escape_json(text, &mut out);
+    out.put_slice(b"\"}");
+    wire::finish(out)
+}
+
+/// Each byte's escaped form, padded to 8 bytes, and its length: the
+/// escaper stores 8 bytes per input byte unconditionally and advances by
+/// the length, so the loop has no branch per byte.
+const ESCAPES: ([[u8; 8]; 256], [u8; 256]) = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut seq = [[0u8; 8]; 256];
+    let mut len = [1u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let (s, n): ([u8; 8], u8) = match b as u8 {
+            b'"' => ([b'\\', b'"', 0, 0, 0, 0, 0, 0], 2),
+            b'\\' => ([b'\\', b'\\', 0, 0, 0, 0, 0, 0], 2),
+            b'\n' => ([b'\\', b'n', 0, 0, 0, 0, 0, 0], 2),
+            b'\r' => ([b'\\', b'r', 0, 0, 0, 0, 0, 0], 2),
+            b'\t' => ([b'\\', b't', 0, 0, 0, 0, 0, 0], 2),
+            0..=0x1f => (
+                [b'\\', b'u', b'0', b'0', HEX[b >> 4], HEX[b & 0xf], 0, 0],
+                6,
+            ),
+            c => ([c, 0, 0, 0, 0, 0, 0, 0], 1),
+        };
+        seq[b] = s;
+        len[b] = n;
+        b += 1;
+    }
+    (seq, len)
+};
+
+/// Appends `s` escaped for the inside of a JSON string: `"`, `\\` and
+/// control characters; everything else (UTF-8 included) as it is.
+///
+/// Process output is this path's whole load, so it works in 16-byte
+/// blocks: a block with nothing to escape is one copy (the test is a
+/// branch-free fold the compiler vectorises), a block of NULs — common in
+/// binary output, each NUL being the 6-byte `\u0000` — is one 96-byte
+/// copy, and only other blocks go byte by byte through the table.
+pub fn escape_json(s: &str, out: &mut BytesMut) {
+    const BLOCK: usize = 16;
+    const NULS: [u8; 6 * BLOCK] = {
+        let mut a = [0u8; 6 * BLOCK];
+        let mut i = 0;
+        while i < BLOCK {
+            let e = *b"\\u0000";
+            let mut k = 0;
+            while k < 6 {
+                a[i * 6 + k] = e[k];
+                k += 1;
+            }
+            i += 1;
+        }
+        a
+    };
+    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 8);
+    let mut blocks = bytes.chunks_exact(BLOCK);
+    for block in &mut blocks {
+        if !block.iter().fold(false, |a, &b| a | needs(b)) {
+            out.extend_from_slice(block);
+        } else if block.iter().fold(0u8, |a, &b| a | b) == 0 {
+            out.extend_from_slice(&NULS);
+        } else {
+            escape_bytes(block, out);
+        }
+    }
+    escape_bytes(blocks.remainder(), out);
+}
+
+/// The byte-by-byte path of [`escape_json`].
+fn escape_bytes(bytes: &[u8], out: &mut BytesMut) {
+    let (seq, len) = &ESCAPES;
+    out.reserve(bytes.len() * 6 + 8);
+    let spare = out.spare_capacity_mut();
+    let mut j = 0;
+    for &b in bytes {
+        let from = &seq[usize::from(b)];
+        // Each byte needs at most 6 of the `6 * len + 8` reserved, so
+        // `j + 8` stays within the spare capacity.
+        let to = &mut spare[j..j + 8];
+        for (t, f) in to.iter_mut().zip(from) {
+            t.write(*f);
+        }
+        j += usize::from(len[usize::from(b)]);
+    }
+    // SAFETY: the loop initialised the first `j` bytes of the spare
+    // capacity: every output byte was written by some store.
+    unsafe { out.set_len(out.len() + j) };
+}
+
+/// What a running process needs.
+pub struct Run {
+    /// The profile's events.
+    pub events: Arc<Events>,
+    /// The profile's processes.
+    pub procs: Arc<Procs>,
+    /// The sandbox it runs in.
+    pub sandbox: Arc<Sandbox>,
+    /// Its client id, as a table key.
+    pub key: String,
+    /// Its client id as sent.
+    pub id: Value,
+    /// Its entry's generation.
+    pub generation: u64,
+    /// What to run.
+    pub exec: Exec,
+}
+
+enum Outcome {
+    Ended(Ended),
+    Failed(String),
+    Lost(String),
+}
+
+/// Runs one process to its end, emitting its events.
+pub async fn run(r: Run, mut commands: mpsc::Receiver<Command>) {
+    let outcome = match r.sandbox.session().await {
+        Ok(session) => {
+            let (mut sink, mut stream) = session.split();
+            match sink.send(Frame::Exec(r.exec)).await {
+                Err(e) => Outcome::Lost(e.to_string()),
+                Ok(()) => {
+                    let writer = tokio::spawn(async move {
+                        while let Some(cmd) = commands.recv().await {
+                            let frame = match cmd {
+                                Command::Stdin(data) => Frame::Stdin(data),
+                                Command::Signal(s) => Frame::Signal(s),
+                            };
+                            if sink.send(frame).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    let outcome = pump(&r.events, &r.id, &mut stream).await;
+                    writer.abort();
+                    outcome
+                }
+            }
+        }
+        Err(e) => Outcome::Lost(e.to_string()),
+    };
+    let ended = match &outcome {
+        Outcome::Ended(e) => *e,
+        Outcome::Failed(msg) => {
+            let code = if ["EACCES", "ENOEXEC", "EPERM", "EISDIR"]
+                .iter()
+                .any(|p| msg.starts_with(p))
+            {
+                126
+            } else {
+                127
+            };
+            Ended::Code(code)
+        }
+        Outcome::Lost(msg) => {
+            r.events.push(wire::frame_json(&json!({
+                "type": "error", "id": r.id, "message": format!("lost the process: {msg}"),
+            })));
+            Ended::Signal(libc::SIGKILL)
+        }
+    };
+    r.procs.finish(&r.key, r.generation, ended);
+    let (code, signal) = ended.fields();
+    r.events.push(wire::frame_json(&json!({
+        "type": "exit", "id": r.id, "exitCode": code, "signal": signal,
+    })));
+}
+
+async fn pump<S>(events: &Events, id: &Value, stream: &mut S) -> Outcome
+where
+    S: futures_util::Stream<Item = Result<Frame, boxdesk_channel::ChannelError>> + Unpin,
+{
+    let mut out = Utf8Stream::default();
+    let mut err = Utf8Stream::default();
+    let mut text = String::new();
+    let mut failure: Option<String> = None;
+    let outcome = loop {
+        let (kind, dec, data) = match stream.next().await {
+            Some(Ok(Frame::Stdout(d))) => ("stdout", &mut out, d),
+            Some(Ok(Frame::Stderr(d))) => ("stderr", &mut err, d),
+            Some(Ok(Frame::Exit(c))) if c < 0 => break Outcome::Ended(Ended::Signal(-c)),
+            Some(Ok(Frame::Exit(c))) => break Outcome::Ended(Ended::Code(c)),
+            Some(Ok(Frame::TimedOut)) => break Outcome::Ended(Ended::Signal(libc::SIGKILL)),
+            Some(Ok(Frame::Error(msg))) => {
+                events.push(wire::frame_json(
+                    &json!({"type": "error", "id": id, "message": msg}),
+                ));
+                failure.get_or_insert(msg);
+                continue;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break Outcome::Lost(e.to_string()),
+            None => {
+                break match failure.take() {
+                    Some(m) => Outcome::Failed(m),
+                    None => Outcome::Lost("the sandbox closed the channel".into()),
+                }
+            }
+        };
+        text.clear();
+        dec.push(&data, &mut text);
+        if !text.is_empty() {
+            events.push_output(output_event(kind, id, &text)).await;
+        }
+    };
+    for (kind, dec) in [("stdout", &mut out), ("stderr", &mut err)] {
+        text.clear();
+        dec.finish(&mut text);
+        if !text.is_empty() {
+            events.push(output_event(kind, id, &text));
+        }
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_are_accepted_by_name_short_name_or_number() {
+        assert_eq!(parse_signal(&json!("SIGTERM")), Some(15));
+        assert_eq!(parse_signal(&json!("kill")), Some(9));
+        assert_eq!(parse_signal(&json!(2)), Some(2));
+        assert_eq!(parse_signal(&json!("9")), Some(9));
+        assert_eq!(parse_signal(&json!("SIGNOPE")), None);
+        assert_eq!(parse_signal(&json!(0)), None);
+        assert_eq!(signal_name(15), "SIGTERM");
+    }
+
+    #[test]
+    fn an_old_generations_exit_never_touches_a_reused_id() {
+        let p = Procs::default();
+        let (g1, _rx1) = p.register("a", "s", false).unwrap();
+        assert_eq!(
+            p.register("a", "s", false).unwrap_err(),
+            ProcError::Running("a".into())
+        );
+        p.finish("a", g1, Ended::Code(0));
+        let (g2, _rx2) = p.register("a", "s", false).unwrap();
+        p.finish("a", g1, Ended::Code(1));
+        assert_eq!(p.status("a"), Status::Running);
+        p.finish("a", g2, Ended::Signal(15));
+        assert_eq!(p.status("a"), Status::Exited(Ended::Signal(15)));
+    }
+
+    #[test]
+    fn one_shot_processes_are_forgotten_after_their_exit() {
+        let p = Procs::default();
+        let (g, _rx) = p.register("o", "s", true).unwrap();
+        p.finish("o", g, Ended::Code(0));
+        assert_eq!(p.status("o"), Status::Unknown);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaped_text_parses_back_to_the_same_text(t in "\\PC*|[\\x00-\\x20\"\\\\]*") {
+            let f = output_event("stderr", &json!(1), &t);
+            let v: Value = serde_json::from_slice(&f[4..]).unwrap();
+            proptest::prop_assert_eq!(v["data"].as_str().unwrap(), t.as_str());
+        }
+    }
+
+    #[test]
+    fn every_block_shape_escapes_exactly_like_serde_json() {
+        let mut t = String::new();
+        t.push_str(&"\0".repeat(40));
+        t.push_str("plain text block over sixteen bytes, then \"quotes\" and \\ and \n\t\u{1}");
+        t.push_str(&"€".repeat(20));
+        t.push_str(&"\0a".repeat(20));
+        for cut in 0..t.len() {
+            if !t.is_char_boundary(cut) {
+                continue;
+            }
+            let mut out = BytesMut::new();
+            escape_json(&t[cut..], &mut out);
+            let want = serde_json::to_string(&t[cut..]).unwrap();
+            assert_eq!(&out[..], &want.as_bytes()[1..want.len() - 1], "from {cut}");
+        }
+    }
+
+    #[test]
+    fn output_events_are_framed_json_with_escaped_text() {
+        let f = output_event("stdout", &json!("p1"), "a\"\u{0}€");
+        let v: Value = serde_json::from_slice(&f[4..]).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "stdout", "id": "p1", "data": "a\"\u{0}€"})
+        );
+        assert_eq!(
+            u32::from_be_bytes([f[0], f[1], f[2], f[3]]) as usize,
+            f.len() - 4
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! Per-profile state: everything the client scopes by `(userDataName,
+//! userDataRoot)` — settings, the OAuth token, the installed SDK, the
+//! sandboxes, processes, session dirs and the event queue.
+//!
+//! Owns the VM lifecycle as the client sees it (`startVM`, `stopVM`,
+//! `isRunning`, `isGuestConnected`) and the events that go with it. A
+//! profile's files live under `<data>/boxdesk/cowork/<dir_name>/`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+use super::events::Events;
+use super::mounts;
+use super::process::Procs;
+use super::proxy::{self, Allowlist};
+use super::sandbox::{Layout, Net, Sandbox, SandboxError};
+use super::sessions::SessionsDir;
+use super::wire;
+
+/// A profile's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProfileKey {
+    /// `userDataName`.
+    pub name: String,
+    /// `userDataRoot`.
+    pub root: String,
+}
+
+impl ProfileKey {
+    /// A filesystem-safe directory name: the name's safe characters and a
+    /// digest of both fields.
+    pub fn dir_name(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.name.as_bytes());
+        h.update([0]);
+        h.update(self.root.as_bytes());
+        let digest = h.finalize();
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let safe: String = self
+            .name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .take(32)
+            .collect();
+        if safe.is_empty() {
+            hex
+        } else {
+            format!("{safe}-{hex}")
+        }
+    }
+}
+
+/// The installed SDK.
+#[derive(Debug, Clone)]
+pub struct Sdk {
+    /// `<dir>/<version>`, the same path inside the sandbox.
+    pub dir: PathBuf,
+    /// `<dir>/<version>/claude`.
+    pub claude: PathBuf,
+}
+
+/// What `configure`, `createVM` and the token methods record.
+#[derive(Debug, Default)]
+pub struct Settings {
+    /// `memoryMB` (recorded; namespaces do not enforce it).
+    pub memory_mb: Option<u64>,
+    /// `cpuCount` (recorded; namespaces do not enforce it).
+    pub cpu_count: Option<u64>,
+    /// `bundlePath` of createVM/startVM (VM backends only).
+    pub bundle_path: Option<String>,
+    /// The token of `addApprovedOauthToken`.
+    pub token: Option<Zeroizing<String>>,
+    /// The SDK of `installSdk`.
+    pub sdk: Option<Sdk>,
+}
+
+/// One profile.
+#[derive(Debug)]
+pub struct Profile {
+    /// Its identity.
+    pub key: ProfileKey,
+    /// `<data>/boxdesk/cowork/<dir_name>`.
+    pub dir: PathBuf,
+    /// Its session dirs.
+    pub sessions: SessionsDir,
+    /// Where its sandboxes live.
+    pub layout: Layout,
+    /// Its event queue.
+    pub events: Arc<Events>,
+    /// Its processes.
+    pub procs: Arc<Procs>,
+    /// What the client configured.
+    pub settings: Mutex<Settings>,
+    /// Held by startVM and stopVM, so they run one at a time.
+    lifecycle: tokio::sync::Mutex<()>,
+    /// The host-network sandbox (read without waiting for a lifecycle
+    /// change, so `isRunning` never queues behind `startVM`).
+    host: Mutex<Option<Arc<Sandbox>>>,
+    /// Private-network sandboxes by allowlist key.
+    filtered: tokio::sync::Mutex<HashMap<String, Arc<Sandbox>>>,
+    connected: AtomicBool,
+    shared_ready: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Profile {
+    /// A profile whose files live under `root/<dir_name>`, for a user
+    /// whose home is `home`.
+    pub fn new(key: ProfileKey, root: &Path, home: &Path) -> Self {
+        let dir = root.join(key.dir_name());
+        let layout = Layout {
+            sessions: dir.join("sessions"),
+            home_mirror: dir.join("home"),
+            home: home.to_owned(),
+            state: dir.clone(),
+        };
+        Profile {
+            sessions: SessionsDir::new(layout.sessions.clone()),
+            key,
+            dir,
+            layout,
+            events: Arc::default(),
+            procs: Arc::default(),
+            settings: Mutex::default(),
+            lifecycle: tokio::sync::Mutex::default(),
+            host: Mutex::default(),
+            filtered: tokio::sync::Mutex::default(),
+            connected: AtomicBool::new(false),
+            shared_ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Locks the settings.
+    pub fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+        lock(&self.settings)
+    }
+
+    /// Queues a status event (never held back).
+    pub fn emit(&self, event: Value) {
+        self.events.push(wire::frame_json(&event));
+    }
+
+    fn step(&self, step: &str, status: &str) {
+        self.emit(json!({"type": "startupStep", "step": step, "status": status}));
+    }
+
+    /// Whether the host-network sandbox runs.
+    pub fn is_running(&self) -> bool {
+        lock(&self.host).as_ref().is_some_and(|s| s.alive())
+    }
+
+    /// Whether the agent answered a handshake and the sandbox still runs.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst) && self.is_running()
+    }
+
+    fn host(&self) -> Option<Arc<Sandbox>> {
+        lock(&self.host).clone().filter(|s| s.alive())
+    }
+
+    /// `startVM`: starts the host-network sandbox (idempotent), with
+    /// startupStep events, then probes `api_probe` in the background.
+    pub async fn start(self: &Arc<Self>, api_probe: Option<String>) -> Result<(), String> {
+        let _life = self.lifecycle.lock().await;
+        if self.is_running() {
+            return Ok(());
+        }
+        self.step("prepare_session", "running");
+        if let Err(e) = self.prepare() {
+            self.step("prepare_session", "failed");
+            return Err(e);
+        }
+        self.step("prepare_session", "completed");
+        self.step("start_vm", "running");
+        self.step("wait_for_guest", "running");
+        match Sandbox::start(&self.layout, Net::Host, "host").await {
+            Ok(sb) => {
+                self.step("start_vm", "completed");
+                self.step("wait_for_guest", "completed");
+                self.watch(sb.clone());
+                *lock(&self.host) = Some(sb);
+                self.connected.store(true, Ordering::SeqCst);
+                self.emit(json!({"type": "networkStatus", "status": "connected"}));
+            }
+            Err(e) => {
+                self.step("start_vm", "failed");
+                self.step("wait_for_guest", "failed");
+                return Err(format!("cannot start the sandbox: {e}"));
+            }
+        }
+        drop(_life);
+        if let Some(url) = api_probe {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let status = match proxy::probe(&url, None).await {
+                    Ok(r) => r.as_str(),
+                    Err(_) => "unreachable",
+                };
+                me.emit(json!({"type": "apiReachability", "status": status}));
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates the profile's dirs and, once, makes its sessions dir and
+    /// home mirror shared mounts. Without mount support the sandboxes
+    /// still run; spawns that need mounts report them as failed.
+    fn prepare(&self) -> Result<(), String> {
+        for d in [&self.layout.sessions, &self.layout.home_mirror] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        if !self.shared_ready.load(Ordering::SeqCst) {
+            let shared = mounts::make_shared(&self.layout.sessions)
+                .and_then(|()| mounts::make_shared(&self.layout.home_mirror));
+            match shared {
+                Ok(()) => self.shared_ready.store(true, Ordering::SeqCst),
+                Err(e) => {
+                    tracing::warn!("folders cannot be mounted into this profile's sandboxes: {e}")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether folders can be attached to this profile's sandboxes.
+    pub fn can_mount(&self) -> Result<(), String> {
+        mounts::available().map_err(|e| e.to_string())?;
+        if self.shared_ready.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("the sessions dir is not a shared mount".into())
+        }
+    }
+
+    /// Marks the profile disconnected when the host sandbox ends on its own.
+    fn watch(self: &Arc<Self>, sb: Arc<Sandbox>) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            sb.ended().await;
+            if let Some(me) = me.upgrade() {
+                let current = lock(&me.host).as_ref().is_some_and(|h| Arc::ptr_eq(h, &sb));
+                if current && me.connected.swap(false, Ordering::SeqCst) {
+                    tracing::warn!("the sandbox of profile {:?} ended", me.key.name);
+                    me.emit(json!({"type": "networkStatus", "status": "disconnected"}));
+                }
+            }
+        });
+    }
+
+    /// The sandbox a spawn with `allowed` domains runs in: the host one,
+    /// or the private-network one for that list (started on first use).
+    pub async fn sandbox_for(&self, allowed: Option<Allowlist>) -> Result<Arc<Sandbox>, String> {
+        let host = self
+            .host()
+            .ok_or("the VM is not running: call startVM first")?;
+        let Some(allow) = allowed else {
+            return Ok(host);
+        };
+        let key = allow.key();
+        let mut filtered = self.filtered.lock().await;
+        if let Some(sb) = filtered.get(&key).filter(|s| s.alive()) {
+            return Ok(sb.clone());
+        }
+        let tag = format!("net{}", filtered.len());
+        let sb = Sandbox::start(&self.layout, Net::Filtered(Arc::new(allow)), &tag)
+            .await
+            .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;
+        filtered.insert(key, sb.clone());
+        Ok(sb)
+    }
+
+    /// `stopVM` (and shutdown): kills every process, waits briefly for
+    /// their exit events, ends the sandboxes and detaches mounts.
+    pub async fn stop(&self) {
+        let _life = self.lifecycle.lock().await;
+        let was = lock(&self.host).is_some();
+        self.procs.signal_all(libc::SIGKILL);
+        for _ in 0..100 {
+            if self.procs.running() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let host = lock(&self.host).take();
+        let all: Vec<Arc<Sandbox>> = host
+            .into_iter()
+            .chain(self.filtered.lock().await.drain().map(|(_, s)| s))
+            .collect();
+        for sb in all {
+            sb.stop().await;
+        }
+        self.connected.store(false, Ordering::SeqCst);
+        if was {
+            self.emit(json!({"type": "networkStatus", "status": "disconnected"}));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_dirs_are_safe_distinct_and_stable() {
+        let a = ProfileKey {
+            name: "Claude".into(),
+            root: "/home/u/.config".into(),
+        };
+        let b = ProfileKey {
+            name: "../Claude".into(),
+            root: "/home/u/.config".into(),
+        };
+        assert!(a.dir_name().starts_with("Claude-"));
+        assert_eq!(a.dir_name(), a.clone().dir_name());
+        assert_ne!(a.dir_name(), b.dir_name());
+        assert!(!b.dir_name().contains('/') && !b.dir_name().contains(".."));
+    }
+}

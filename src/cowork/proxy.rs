@@ -1,0 +1,657 @@
+//! Host-side egress proxy for sandboxes.
+//!
+//! Sandboxed processes see `HTTP(S)_PROXY=http://127.0.0.1:<port>`; that listener lives in the
+//! sandbox's network namespace but is served here, on the host, which makes the outbound
+//! connections. This module owns the domain [`Allowlist`], the per-connection proxy protocol
+//! (`CONNECT` tunnels and absolute-form plain HTTP) and reachability [`probe`]s.
+//!
+//! It must never connect to a host the allowlist does not name, never let a listed *name*
+//! resolve onto the host's own loopback/link-local addresses (only a listed IP literal or
+//! `localhost` may), never size a buffer from a client-supplied length, and never log header
+//! values or request paths (they may carry tokens).
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{copy_bidirectional, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{lookup_host, TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio::time::timeout;
+use tracing::debug;
+
+const MAX_HEAD: usize = 16 * 1024;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+const BAD: &str = "400 Bad Request";
+const TOO_LARGE: &str = "431 Request Header Fields Too Large";
+const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+/// Hop-by-hop and proxy headers not forwarded in plain HTTP (`Host` is rewritten from the URL).
+const DROPPED: &str = "proxy-connection proxy-authorization connection keep-alive host";
+
+/// Status line and body a connection is answered with before it is closed.
+type Refusal = (&'static str, String);
+
+/// Errors from building an allowlist or reaching an upstream host.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// An allowlist entry that is not a hostname, `*.hostname` or IP literal.
+    #[error("invalid allowlist entry: {0:?}")]
+    InvalidEntry(String),
+    /// Not an `http://` or `https://` URL with a valid host (the URL is not echoed: it may
+    /// carry secrets).
+    #[error("invalid url")]
+    InvalidUrl,
+    /// A listed name resolved only to loopback, unspecified or link-local addresses.
+    #[error("host resolves only to local addresses")]
+    LocalAddress,
+    /// Resolve plus connect did not finish in time.
+    #[error("timed out")]
+    Timeout,
+    /// Name resolution or TCP connect failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The domains a sandbox may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowlist {
+    exact: BTreeSet<String>,
+    wildcard: BTreeSet<String>,
+}
+
+impl Allowlist {
+    /// Builds an allowlist from entries: `"example.com"` (exactly that host), `"*.example.com"`
+    /// (any subdomain, not the apex). `"*"`, empty entries, and entries with ports, schemes,
+    /// paths, spaces or characters that are not valid hostname characters are refused. Hosts
+    /// compare lowercase with a trailing dot ignored; IP literals match only if listed literally.
+    pub fn new<I: IntoIterator<Item = S>, S: AsRef<str>>(domains: I) -> Result<Self, ProxyError> {
+        let (mut exact, mut wildcard) = (BTreeSet::new(), BTreeSet::new());
+        for entry in domains {
+            let entry = entry.as_ref();
+            let bad = || ProxyError::InvalidEntry(entry.to_owned());
+            match entry.strip_prefix("*.") {
+                Some(apex) => {
+                    let apex = normalize_host(apex).filter(|h| valid_hostname(h));
+                    wildcard.insert(apex.ok_or_else(bad)?)
+                }
+                None => exact.insert(normalize_host(entry).ok_or_else(bad)?),
+            };
+        }
+        Ok(Self { exact, wildcard })
+    }
+
+    /// Whether `host` (a name, IPv4 literal, or IPv6 literal with or without brackets) may be
+    /// reached.
+    pub fn allows(&self, host: &str) -> bool {
+        normalize_host(host).is_some_and(|h| self.matches(&h))
+    }
+
+    /// The normalised entries, sorted and comma-joined (used as a key to share one proxy
+    /// between sandboxes with the same list).
+    pub fn key(&self) -> String {
+        let mut all: Vec<String> = self.exact.iter().cloned().collect();
+        all.extend(self.wildcard.iter().map(|w| format!("*.{w}")));
+        all.sort();
+        all.join(",")
+    }
+
+    fn matches(&self, host: &str) -> bool {
+        let suffixes = host.match_indices('.').map(|(i, _)| &host[i + 1..]);
+        self.exact.contains(host) || suffixes.into_iter().any(|s| self.wildcard.contains(s))
+    }
+}
+
+/// Canonical host: IP literals in std's display form, names lowercase without a trailing dot;
+/// `None` if it is neither.
+fn normalize_host(host: &str) -> Option<String> {
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return v6.parse::<Ipv6Addr>().ok().map(|ip| ip.to_string());
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Some(ip.to_string());
+    }
+    let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    valid_hostname(&name).then_some(name)
+}
+
+/// Labels of 1..=63 `[a-z0-9_-]` without edge hyphens, at most 253 bytes, and a last label
+/// that is not all digits (so a name can never pose as an IP).
+fn valid_hostname(name: &str) -> bool {
+    let label_ok = |l: &str| {
+        let chars = l
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_'));
+        chars && (1..=63).contains(&l.len()) && !l.starts_with('-') && !l.ends_with('-')
+    };
+    let last = name.rsplit('.').next().unwrap_or_default();
+    name.len() <= 253 && name.split('.').all(label_ok) && !last.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Result of [`probe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reachability {
+    /// Allowed, resolved, and a TCP connection succeeded.
+    Reachable,
+    /// Allowed, but resolve or connect failed; the reason is a short message.
+    Unreachable(String),
+    /// The allowlist refuses the host.
+    Blocked,
+}
+
+impl Reachability {
+    /// `"reachable"`, `"unreachable"` or `"blocked"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Reachable => "reachable",
+            Self::Unreachable(_) => "unreachable",
+            Self::Blocked => "blocked",
+        }
+    }
+}
+
+/// Serves proxy connections accepted on `listener` until the returned future is dropped; each
+/// connection is its own task; one bad client never affects another. Dropping the future also
+/// aborts the connections it is still serving.
+pub async fn serve(listener: TcpListener, allow: Arc<Allowlist>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let allow = Arc::clone(&allow);
+                    conns.spawn(async move { handle(stream, &allow).await });
+                }
+                Err(e) => {
+                    // e.g. EMFILE: back off instead of spinning.
+                    debug!(error = %e, "sandbox proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Whether `url` (http:// or https://, default ports 80/443) can be reached through the
+/// proxy's rules: refused by the allowlist (if `allow` is Some) -> [`Reachability::Blocked`];
+/// else resolve + TCP connect with a 5 s timeout -> Reachable or Unreachable(reason).
+/// A bad URL is an error.
+pub async fn probe(url: &str, allow: Option<&Allowlist>) -> Result<Reachability, ProxyError> {
+    let target = parse_url(url).ok_or(ProxyError::InvalidUrl)?;
+    let host = normalize_host(target.host).ok_or(ProxyError::InvalidUrl)?;
+    if allow.is_some_and(|a| !a.matches(&host)) {
+        return Ok(Reachability::Blocked);
+    }
+    let reached = connect_upstream(&host, target.port, PROBE_TIMEOUT).await;
+    Ok(reached.map_or_else(
+        |e| Reachability::Unreachable(e.to_string()),
+        |_| Reachability::Reachable,
+    ))
+}
+
+async fn handle(mut client: TcpStream, allow: &Allowlist) {
+    if let Err((status, body)) = proxy_one(&mut client, allow).await {
+        reply(client, status, &body).await;
+    }
+}
+
+/// Serves one connection; `Err` is the status line and body to answer with before closing.
+async fn proxy_one(client: &mut TcpStream, allow: &Allowlist) -> Result<(), Refusal> {
+    let refuse = |status, body: &str| Err((status, body.to_owned()));
+    let (buf, end) = match timeout(HEAD_TIMEOUT, read_head(client)).await {
+        Err(_) => return refuse("408 Request Timeout", "request head timed out\n"),
+        Ok(head) => match head? {
+            Some(head) => head,
+            None => return Ok(()),
+        },
+    };
+    let Some(req) = parse_head(&buf[..end + 2]) else {
+        return refuse(BAD, "malformed request\n");
+    };
+    let rest = buf.get(end + 4..).unwrap_or_default();
+    let target = (req.method != "CONNECT").then(|| parse_url(req.target).filter(|t| !t.https));
+    let (raw_host, port) = match &target {
+        None => parse_authority(req.target, None).ok_or((BAD, "bad connect target\n".into()))?,
+        Some(Some(t)) => (t.host, t.port),
+        Some(None) => return refuse(BAD, "not a proxy request\n"),
+    };
+    let Some(host) = normalize_host(raw_host).filter(|h| allow.matches(h)) else {
+        debug!(host = raw_host, port, decision = "blocked", "sandbox proxy");
+        let body = format!("host {raw_host} is not allowed by the sandbox proxy\n");
+        return Err(("403 Forbidden", body));
+    };
+    debug!(host = %host, port, decision = "allowed", "sandbox proxy");
+    let mut upstream = match connect_upstream(&host, port, CONNECT_TIMEOUT).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(host = %host, port, error = %e, "sandbox proxy upstream failed");
+            return refuse("502 Bad Gateway", "upstream connect failed\n");
+        }
+    };
+    let relayed = async {
+        if let Some(Some(t)) = &target {
+            upstream
+                .write_all(&rewrite_origin_form(&req, t, rest))
+                .await?;
+        } else {
+            client.write_all(ESTABLISHED).await?;
+            upstream.write_all(rest).await?;
+        }
+        copy_bidirectional(client, &mut upstream).await
+    };
+    if let Err(e) = relayed.await {
+        debug!(host = %host, error = %e, "sandbox proxy relay ended with error");
+    }
+    Ok(())
+}
+
+/// Reads through the blank line, keeping at most `MAX_HEAD` plus one read. Returns the buffer
+/// (which may hold bytes past the head) and the index of its `\r\n\r\n`; `None` if the client
+/// closed or failed before sending anything.
+async fn read_head(s: &mut TcpStream) -> Result<Option<(Vec<u8>, usize)>, Refusal> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    loop {
+        let n = match s.read(&mut chunk).await {
+            Ok(0) | Err(_) if buf.is_empty() => return Ok(None),
+            Ok(0) | Err(_) => return Err((BAD, "incomplete request head\n".into())),
+            Ok(n) => n,
+        };
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        // A terminator past the cap leaves `buf` over the cap too, so the second arm catches it.
+        match buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(i) if from + i + 4 <= MAX_HEAD => return Ok(Some((buf, from + i))),
+            _ if buf.len() >= MAX_HEAD => {
+                return Err((TOO_LARGE, "request head too large\n".into()))
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Request<'a> {
+    method: &'a str,
+    target: &'a str,
+    version: &'a str,
+    headers: Vec<&'a [u8]>,
+}
+
+/// Parses a head whose every line ends in CRLF (final blank line excluded). Strict: bare CR or
+/// LF, obs-folding, non-token header names and a non-ASCII request line are refused.
+fn parse_head(head: &[u8]) -> Option<Request<'_>> {
+    let mut lines = Vec::new();
+    let mut rest = head;
+    while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+        let line = rest[..i]
+            .strip_suffix(b"\r")
+            .filter(|l| !l.contains(&b'\r'))?;
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if !lines.is_empty() && (name.len() == line.len() || !is_token(name)) {
+            return None;
+        }
+        lines.push(line);
+        rest = &rest[i + 1..];
+    }
+    let (first, headers) = lines.split_first()?;
+    if !first.iter().all(|&b| b.is_ascii_graphic() || b == b' ') {
+        return None;
+    }
+    let mut parts = std::str::from_utf8(first).ok()?.split(' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let ok = matches!(version, "HTTP/1.1" | "HTTP/1.0") && is_token(method.as_bytes());
+    let headers = headers.to_vec();
+    (ok && !target.is_empty() && parts.next().is_none()).then_some(Request {
+        method,
+        target,
+        version,
+        headers,
+    })
+}
+
+fn is_token(s: &[u8]) -> bool {
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    !s.is_empty() && s.iter().all(tchar)
+}
+
+struct Target<'a> {
+    https: bool,
+    authority: &'a str,
+    host: &'a str,
+    port: u16,
+    path: &'a str,
+}
+
+/// Splits `http[s]://authority[/path][?query]`; userinfo and empty hosts are refused.
+fn parse_url(url: &str) -> Option<Target<'_>> {
+    // Slicing is safe: both arms matched an ASCII prefix of that length.
+    let (https, rest) = match url.get(..8).unwrap_or(url).to_ascii_lowercase() {
+        s if s.starts_with("http://") => (false, &url[7..]),
+        s if s == "https://" => (true, &url[8..]),
+        _ => return None,
+    };
+    let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    if authority.contains('@') {
+        return None;
+    }
+    let (host, port) = parse_authority(authority, Some(if https { 443 } else { 80 }))?;
+    let path = path.split('#').next().unwrap_or_default();
+    Some(Target {
+        https,
+        authority,
+        host,
+        port,
+        path,
+    })
+}
+
+/// `host:port` or `[v6]:port`, the port optional when a default is given. The returned host
+/// has no brackets.
+fn parse_authority(s: &str, default_port: Option<u16>) -> Option<(&str, u16)> {
+    let (host, port) = match s.strip_prefix('[') {
+        Some(r) => {
+            let (h, after) = r.split_once(']')?;
+            h.parse::<Ipv6Addr>().ok()?;
+            let port = match after {
+                "" => None,
+                a => Some(a.strip_prefix(':')?),
+            };
+            (h, port)
+        }
+        None => s.split_once(':').map_or((s, None), |(h, p)| (h, Some(p))),
+    };
+    let port = match port {
+        None => default_port?,
+        Some(p) if p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok()?,
+        Some(_) => return None,
+    };
+    (!host.is_empty() && port != 0).then_some((host, port))
+}
+
+/// Origin-form request line, `Host` from the URL (RFC 9112 §3.2.2), the client's headers minus
+/// proxy and connection-management ones, `Connection: close`, then any body bytes read.
+fn rewrite_origin_form(req: &Request<'_>, t: &Target<'_>, rest: &[u8]) -> Vec<u8> {
+    let slash = if t.path.starts_with('/') { "" } else { "/" };
+    let (method, path, version, authority) = (req.method, t.path, req.version, t.authority);
+    let mut out = format!("{method} {slash}{path} {version}\r\nHost: {authority}\r\n").into_bytes();
+    for h in &req.headers {
+        let name = h.split(|&b| b == b':').next().unwrap_or_default();
+        if !DROPPED
+            .split(' ')
+            .any(|d| d.as_bytes().eq_ignore_ascii_case(name))
+        {
+            out.extend_from_slice(h);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Loopback, unspecified and link-local (cloud metadata) addresses, IPv4-mapped included.
+fn is_host_local(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || v6.is_unicast_link_local(),
+    }
+}
+
+/// Resolves `host` (normalised) and connects to the first address that accepts, all within
+/// `limit`. A name other than `localhost` may not land on a host-local address.
+async fn connect_upstream(host: &str, port: u16, limit: Duration) -> Result<TcpStream, ProxyError> {
+    let local_ok = host == "localhost" || host.parse::<IpAddr>().is_ok();
+    let attempt = async {
+        let mut last = ProxyError::Io(std::io::ErrorKind::NotFound.into());
+        for addr in lookup_host((host, port)).await? {
+            if !local_ok && is_host_local(addr.ip()) {
+                last = ProxyError::LocalAddress;
+                continue;
+            }
+            match TcpStream::connect(addr).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e.into(),
+            }
+        }
+        Err(last)
+    };
+    timeout(limit, attempt)
+        .await
+        .unwrap_or(Err(ProxyError::Timeout))
+}
+
+/// Sends a short text response and half-closes, then briefly drains what the client still
+/// sends so the close does not become a reset that eats the response.
+async fn reply(mut s: TcpStream, status: &str, body: &str) {
+    let len = body.len();
+    let msg = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}"
+    );
+    if s.write_all(msg.as_bytes()).await.is_ok() && s.shutdown().await.is_ok() {
+        let mut sink = [0u8; 4096];
+        let drain = async { while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {} };
+        let _ = timeout(Duration::from_secs(1), drain).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+    const SECS_5: Duration = Duration::from_secs(5);
+
+    async fn local_listener() -> std::io::Result<(TcpListener, u16)> {
+        let l = TcpListener::bind("127.0.0.1:0").await?;
+        let port = l.local_addr()?.port();
+        Ok((l, port))
+    }
+
+    /// A proxy for `domains` on its own port, and a client connected to it.
+    async fn proxied(domains: &[&str]) -> std::io::Result<TcpStream> {
+        let (listener, port) = local_listener().await?;
+        let allow = Allowlist::new(domains).map_err(std::io::Error::other)?;
+        tokio::spawn(serve(listener, Arc::new(allow)));
+        TcpStream::connect(("127.0.0.1", port)).await
+    }
+
+    /// Sends `request` and reads the reply until the proxy closes.
+    async fn exchange(c: &mut TcpStream, request: impl AsRef<[u8]>) -> R<String> {
+        c.write_all(request.as_ref()).await?;
+        let mut resp = String::new();
+        timeout(SECS_5, c.read_to_string(&mut resp)).await??;
+        Ok(resp)
+    }
+
+    /// Reads until the end of a head; returns everything read so far.
+    async fn read_head_text(s: &mut TcpStream) -> R<String> {
+        let (mut buf, mut chunk) = (Vec::new(), [0u8; 1024]);
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = timeout(SECS_5, s.read(&mut chunk)).await??;
+            assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&buf));
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok(String::from_utf8(buf)?)
+    }
+
+    #[test]
+    fn exact_entries_match_only_that_host_and_ip_literals_only_literally() -> R {
+        let a = Allowlist::new(["example.com", "127.0.0.1", "[::1]"])?;
+        assert!(a.allows("example.com") && a.allows("127.0.0.1") && a.allows("[0:0::1]"));
+        assert!(!a.allows("api.example.com") && !a.allows("example.org") && !a.allows("127.0.0.2"));
+        assert!(!a.allows("notexample.com") && !a.allows("") && !a.allows("localhost"));
+        Ok(())
+    }
+
+    #[test]
+    fn wildcard_entries_match_any_subdomain_but_not_the_apex() -> R {
+        let a = Allowlist::new(["*.example.com"])?;
+        assert!(a.allows("api.example.com") && a.allows("a.b.example.com"));
+        assert!(!a.allows("example.com") && !a.allows("badexample.com"));
+        assert!(!a.allows("example.com.evil.io"));
+        Ok(())
+    }
+
+    #[test]
+    fn hosts_compare_case_insensitively_and_ignore_a_trailing_dot() -> R {
+        let a = Allowlist::new(["Example.COM.", "*.Anthropic.com"])?;
+        assert!(a.allows("EXAMPLE.com") && a.allows("example.com."));
+        assert!(a.allows("API.anthropic.COM.") && !a.allows("example.com.."));
+        Ok(())
+    }
+
+    #[test]
+    fn wildcards_ports_schemes_paths_spaces_and_non_hostname_chars_are_refused() {
+        let bad = "*||*.|example.com:443|https://example.com|example.com/p|exa mple.com|bücher.de|\
+                   *.*.example.com|a.*.example.com|*.127.0.0.1|-bad.com|1.2.3| example.com";
+        for entry in bad.split('|') {
+            assert!(Allowlist::new([entry]).is_err(), "accepted {entry:?}");
+        }
+    }
+
+    #[test]
+    fn key_is_the_sorted_normalised_entries() -> R {
+        let a = Allowlist::new(["b.com", "*.A.com", "a.com.", "10.0.0.1"])?;
+        assert_eq!(a.key(), "*.a.com,10.0.0.1,a.com,b.com");
+        assert_eq!(
+            a,
+            Allowlist::new(["10.0.0.1", "a.com", "*.a.com", "B.com"])?
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn authorities_parse_bracketed_ipv6_and_reject_bad_ports() {
+        assert_eq!(parse_authority("[::1]:443", None), Some(("::1", 443)));
+        assert_eq!(parse_authority("[::1]", Some(80)), Some(("::1", 80)));
+        assert_eq!(parse_authority("Ex.com:8443", None), Some(("Ex.com", 8443)));
+        for bad in "::1:443 example.com x:0 x:65536 x:+80 [nope]:1 :443 [::1]x".split(' ') {
+            assert_eq!(parse_authority(bad, None), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_unspecified_and_link_local_addresses_count_as_host_local() -> R {
+        for ip in "127.0.0.1 ::1 0.0.0.0 169.254.169.254 fe80::1 ::ffff:127.0.0.1".split(' ') {
+            assert!(is_host_local(ip.parse()?), "{ip}");
+        }
+        assert!(!is_host_local("93.184.216.34".parse()?));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn connect_to_an_allowed_host_round_trips_bytes_both_ways() -> R {
+        let (echo, port) = local_listener().await?;
+        tokio::spawn(async move {
+            let (mut s, _) = echo.accept().await?;
+            let (mut r, mut w) = s.split();
+            tokio::io::copy(&mut r, &mut w).await
+        });
+        let mut c = proxied(&["127.0.0.1"]).await?;
+        // Bytes sent right after the head must be forwarded too.
+        let req = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\nearly-");
+        c.write_all(req.as_bytes()).await?;
+        let head = read_head_text(&mut c).await?;
+        let after = head.strip_prefix("HTTP/1.1 200 Connection Established\r\n\r\n");
+        let mut got = after.ok_or(head.clone())?.as_bytes().to_vec();
+        c.write_all(b"ping").await?;
+        c.shutdown().await?;
+        timeout(SECS_5, c.read_to_end(&mut got)).await??;
+        assert_eq!(got, b"early-ping");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn connect_to_an_unlisted_host_gets_403_and_no_connection_is_made() -> R {
+        let (target, port) = local_listener().await?;
+        let mut c = proxied(&["localhost"]).await?;
+        let resp = exchange(&mut c, format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")).await?;
+        assert!(resp.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{resp}");
+        assert!(resp.ends_with("host 127.0.0.1 is not allowed by the sandbox proxy\n"));
+        assert!(timeout(Duration::from_millis(200), target.accept())
+            .await
+            .is_err());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn absolute_form_get_arrives_in_origin_form_without_proxy_headers() -> R {
+        let (stub, port) = local_listener().await?;
+        let stub = tokio::spawn(async move {
+            let (mut s, _) = stub.accept().await?;
+            let head = read_head_text(&mut s).await?;
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await?;
+            R::Ok(head)
+        });
+        let req = format!(
+            "GET http://127.0.0.1:{port}/v1/x?q=1 HTTP/1.1\r\nHost: elsewhere.example\r\n\
+             Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
+             User-Agent: t\r\nConnection: keep-alive\r\n\r\n"
+        );
+        let resp = exchange(&mut proxied(&["127.0.0.1"]).await?, req).await?;
+        assert!(resp.starts_with("HTTP/1.1 200 OK\r\n") && resp.ends_with("\r\n\r\nok"));
+        let host = format!("Host: 127.0.0.1:{port}");
+        let want = format!(
+            "GET /v1/x?q=1 HTTP/1.1\r\n{host}\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(stub.await??, want);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_head_over_16_kib_gets_431() -> R {
+        let mut c = proxied(&["localhost"]).await?;
+        let mut req = b"GET http://localhost/ HTTP/1.1\r\n".to_vec();
+        req.extend(b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n".repeat(500));
+        c.write_all(&req).await?;
+        let resp = read_head_text(&mut c).await?;
+        assert!(resp.starts_with("HTTP/1.1 431 "), "{resp}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn garbage_gets_400_and_the_proxy_still_serves_the_next_client() -> R {
+        let (listener, port) = local_listener().await?;
+        tokio::spawn(serve(listener, Arc::new(Allowlist::new(["example.com"])?)));
+        let garbage: [&[u8]; 2] = [
+            b"\x16\x03\x01\x00\xff hi\r\n\r\n",
+            b"GET /x HTTP/1.1\r\n\r\n",
+        ];
+        for g in garbage {
+            let resp = exchange(&mut TcpStream::connect(("127.0.0.1", port)).await?, g).await?;
+            assert!(resp.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{resp}");
+        }
+        let mut next = TcpStream::connect(("127.0.0.1", port)).await?;
+        let resp = exchange(&mut next, "CONNECT other.com:443 HTTP/1.1\r\n\r\n").await?;
+        assert!(resp.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{resp}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn probe_reports_reachable_unreachable_blocked_and_rejects_bad_urls() -> R {
+        let allow = Some(Allowlist::new(["127.0.0.1"])?);
+        let (_open, open) = local_listener().await?;
+        let reached = probe(&format!("http://127.0.0.1:{open}/health"), allow.as_ref()).await?;
+        assert_eq!(reached, Reachability::Reachable);
+        let closed = local_listener().await?.1;
+        let refused = probe(&format!("https://127.0.0.1:{closed}"), allow.as_ref()).await?;
+        assert!(
+            matches!(refused, Reachability::Unreachable(_)),
+            "{refused:?}"
+        );
+        assert_eq!(refused.as_str(), "unreachable");
+        let blocked = probe("https://example.com/", allow.as_ref()).await?;
+        assert_eq!(blocked, Reachability::Blocked);
+        for bad in "ftp://127.0.0.1/|http://|not a url|http://u@127.0.0.1/|http://x:0/".split('|') {
+            assert!(
+                matches!(probe(bad, None).await, Err(ProxyError::InvalidUrl)),
+                "{bad}"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,253 @@
+//! The socket server: accepts connections, checks peers, and runs each
+//! connection in one of the three modes of COWORK.md — one-shot, a
+//! persistent pipe whose requests run concurrently (replies out of order),
+//! or an event subscription.
+//!
+//! A connection's reader parses frames and starts one task per request;
+//! its writer sends replies as they finish, or, after `subscribeEvents`,
+//! the profile's events. A bad frame ends only its own connection (after
+//! an error reply); nothing a peer sends can end the server.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio_util::codec::FramedRead;
+
+use super::methods;
+use super::profile::{Profile, ProfileKey};
+use super::wire::{self, Request};
+
+/// Turns debug logging on or off.
+pub type DebugSwitch = Box<dyn Fn(bool) + Send + Sync>;
+
+/// The server's shared state.
+pub struct Server {
+    uid: u32,
+    home: PathBuf,
+    data_root: PathBuf,
+    profiles: Mutex<HashMap<ProfileKey, Arc<Profile>>>,
+    last: Mutex<Option<ProfileKey>>,
+    debug: DebugSwitch,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Server {
+    /// A server for user `uid` with home `home`, keeping profiles under
+    /// `data_root`.
+    pub fn new(uid: u32, home: PathBuf, data_root: PathBuf, debug: DebugSwitch) -> Self {
+        Server {
+            uid,
+            home,
+            data_root,
+            profiles: Mutex::default(),
+            last: Mutex::default(),
+            debug,
+        }
+    }
+
+    /// The user's home directory.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// Turns debug logging on or off.
+    pub fn set_debug(&self, on: bool) {
+        (self.debug)(on);
+    }
+
+    /// The profile `key`, created on first use.
+    pub fn profile(&self, key: ProfileKey) -> Arc<Profile> {
+        lock(&self.profiles)
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Profile::new(key, &self.data_root, &self.home)))
+            .clone()
+    }
+
+    /// The profile of a connection with none bound: the most recently
+    /// configured one (or an unnamed default before any `configure`).
+    pub fn current(&self) -> Arc<Profile> {
+        let key = lock(&self.last).clone().unwrap_or(ProfileKey {
+            name: String::new(),
+            root: String::new(),
+        });
+        self.profile(key)
+    }
+
+    fn profile_of(&self, params: &Value) -> Option<ProfileKey> {
+        let s = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
+        match (s("userDataName"), s("userDataRoot")) {
+            (None, None) => None,
+            (name, root) => Some(ProfileKey {
+                name: name.unwrap_or_default(),
+                root: root.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Every profile (for shutdown).
+    pub fn all(&self) -> Vec<Arc<Profile>> {
+        lock(&self.profiles).values().cloned().collect()
+    }
+}
+
+/// Accepts connections forever.
+pub async fn serve(server: Arc<Server>, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(server.clone(), stream));
+            }
+            Err(e) => {
+                // EMFILE and friends: wait a little rather than spin.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+enum Out {
+    Frame(Bytes),
+    Events(Arc<Profile>),
+}
+
+fn reply_frame(id: Option<&Value>, outcome: methods::Outcome) -> Bytes {
+    let body = wire::reply(id, outcome);
+    let mut f = Vec::with_capacity(body.len() + 4);
+    f.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    f.extend_from_slice(&body);
+    Bytes::from(f)
+}
+
+async fn connection(server: Arc<Server>, stream: UnixStream) {
+    match stream.peer_cred() {
+        Ok(c) if c.uid() == server.uid => {}
+        Ok(c) => {
+            tracing::warn!(
+                "refused a connection from uid {} (not {})",
+                c.uid(),
+                server.uid
+            );
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("refused a connection: no peer credentials: {e}");
+            return;
+        }
+    }
+    let (rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Out>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            match out {
+                Out::Frame(b) => {
+                    if wr.write_all(&b).await.is_err() {
+                        return;
+                    }
+                }
+                Out::Events(p) => {
+                    let _ = p.events.deliver(&mut wr).await;
+                    return;
+                }
+            }
+        }
+    });
+    let mut frames = FramedRead::new(rd, wire::codec());
+    let mut bound: Option<Arc<Profile>> = None;
+    let mut subscribed = false;
+    while let Some(frame) = frames.next().await {
+        let mut body = match frame {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = tx
+                    .send(Out::Frame(reply_frame(
+                        None,
+                        Err(format!("bad frame: {e}")),
+                    )))
+                    .await;
+                break;
+            }
+        };
+        if subscribed {
+            // An event connection carries nothing from the client.
+            continue;
+        }
+        let parsed = wire::parse(&body);
+        // The body may hold a token or stdin: wipe it once parsed.
+        zeroize::Zeroize::zeroize(&mut body[..]);
+        let req = match parsed {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx
+                    .send(Out::Frame(reply_frame(e.id(), Err(e.to_string()))))
+                    .await;
+                if e.closes() {
+                    break;
+                }
+                continue;
+            }
+        };
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(
+                "request {} id={:?} params={}",
+                req.method,
+                req.id,
+                methods::redacted(&req.params)
+            );
+        }
+        match req.method.as_str() {
+            "subscribeEvents" => {
+                let p = match server.profile_of(&req.params) {
+                    Some(k) => server.profile(k),
+                    None => server.current(),
+                };
+                let _ = tx
+                    .send(Out::Frame(reply_frame(req.id.as_ref(), Ok(json!({})))))
+                    .await;
+                let _ = tx.send(Out::Events(p.clone())).await;
+                p.events.replace_subscriber(writer.abort_handle());
+                subscribed = true;
+            }
+            "configure" => {
+                let p = match server.profile_of(&req.params) {
+                    Some(k) => server.profile(k),
+                    None => bound.clone().unwrap_or_else(|| server.current()),
+                };
+                *lock(&server.last) = Some(p.key.clone());
+                bound = Some(p.clone());
+                respond(&server, &p, req, &tx).await;
+            }
+            _ => {
+                let p = bound.clone().unwrap_or_else(|| server.current());
+                let (server, tx) = (server.clone(), tx.clone());
+                tokio::spawn(async move { respond(&server, &p, req, &tx).await });
+            }
+        }
+    }
+    drop(tx);
+    if subscribed {
+        writer.abort();
+    } else {
+        let _ = writer.await;
+    }
+}
+
+async fn respond(server: &Arc<Server>, p: &Arc<Profile>, req: Request, tx: &mpsc::Sender<Out>) {
+    let outcome = methods::call(server, p, &req.method, req.params).await;
+    if let Err(e) = &outcome {
+        tracing::info!("{} failed: {e}", req.method);
+    }
+    let _ = tx
+        .send(Out::Frame(reply_frame(req.id.as_ref(), outcome)))
+        .await;
+}

@@ -1,0 +1,727 @@
+//! `boxdesk cowork`, played exactly as the Claude Desktop app plays it
+//! (seed 000): the three connection modes, the boot sequence, processes
+//! and their events, mounts, the allowlist proxy, session dirs, and every
+//! bad input of the issue. Each test runs its own server with its own
+//! dirs; the whole module runs again as an unprivileged user in CI.
+
+mod client;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use client::{read_frame, write_frame, Cowork, WAIT};
+
+#[test]
+fn a_one_shot_request_gets_one_reply_without_an_id() {
+    let c = Cowork::start();
+    let r = c.one_shot("isRunning", json!({}));
+    assert_eq!(r, json!({"success": true, "result": {"running": false}}));
+    let r = c.one_shot("getNetworkDrives", json!({}));
+    assert_eq!(r["result"], json!({"drives": []}));
+    let r = c.one_shot("noSuchMethod", json!({}));
+    assert_eq!(
+        r,
+        json!({"success": false, "error": "Unknown method: noSuchMethod"})
+    );
+}
+
+#[test]
+fn pipelined_requests_are_answered_by_id_and_a_slow_one_does_not_block_a_fast_one() {
+    let c = Cowork::start();
+    let mut p = c.pipe("p");
+    // One write holding both requests: startVM takes milliseconds,
+    // isRunning microseconds, so its reply must come first.
+    let slow = p.send("startVM", json!({}));
+    let fast = p.send("isRunning", json!({}));
+    let first = read_frame(&mut p.s).unwrap();
+    assert_eq!(first["id"], fast, "the fast reply must not wait: {first}");
+    assert_eq!(p.wait(slow)["success"], true);
+    // A spawn of sleep does not hold up a request behind it either.
+    let sleep = p.send(
+        "spawn",
+        json!({"id": "s", "name": "a", "command": "sleep", "args": ["5"]}),
+    );
+    let q = p.send("isProcessRunning", json!({"id": "s"}));
+    assert_eq!(p.wait(q)["success"], true);
+    assert_eq!(p.wait(sleep)["success"], true);
+    let r = p.call("isProcessRunning", json!({"id": "s"}));
+    assert_eq!(r["result"]["running"], true, "{r}");
+    p.call("kill", json!({"id": "s", "signal": "SIGKILL"}));
+}
+
+#[test]
+fn the_boot_sequence_runs_a_command_and_its_output_arrives_as_events() {
+    let c = Cowork::start();
+    let mut ev = c.events("boot");
+    let mut p = c.boot("boot");
+    // startupStep events were emitted on the way up.
+    let step = ev.until("wait_for_guest completed", |v| {
+        v["type"] == "startupStep" && v["step"] == "wait_for_guest" && v["status"] == "completed"
+    });
+    assert_eq!(step["type"], "startupStep");
+    ev.until("networkStatus connected", |v| {
+        v["type"] == "networkStatus" && v["status"] == "connected"
+    });
+    // installSdk: <dir>/<version>/claude, a path under home given relative to /.
+    let sdk = c.env.home.join(".config/Claude/claude-code-vm");
+    std::fs::create_dir_all(sdk.join("2.0.1")).unwrap();
+    let claude = sdk.join("2.0.1/claude");
+    std::fs::write(&claude, "#!/bin/sh\necho \"claude-sdk $*\"\n").unwrap();
+    std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rel = sdk.strip_prefix("/").unwrap().to_str().unwrap().to_owned();
+    let r = p.call("installSdk", json!({"sdkSubpath": rel, "version": "2.0.1"}));
+    assert_eq!(r["success"], true, "installSdk: {r}\n{}", c.log());
+    let r = p.call("spawn", json!({"id": "c1", "name": "s1", "command": "/usr/local/bin/claude", "args": ["--version"]}));
+    assert_eq!(r, json!({"success": true, "result": {}, "id": r["id"]}));
+    let exit = ev.exit_of("c1");
+    assert_eq!(
+        ev.text("stdout", "c1"),
+        "claude-sdk --version\n",
+        "{:?}",
+        ev.seen
+    );
+    assert_eq!(exit["exitCode"], 0);
+    assert_eq!(exit["signal"], Value::Null);
+    // And `claude` is on PATH.
+    p.sh("c2", "s1", "claude hi");
+    ev.exit_of("c2");
+    assert_eq!(ev.text("stdout", "c2"), "claude-sdk hi\n");
+    let r = p.call("installSdk", json!({"sdkSubpath": rel, "version": "9.9.9"}));
+    assert_eq!(r["success"], false, "a missing SDK is an error: {r}");
+}
+
+#[test]
+fn echo_stdout_stderr_and_exit_status_reach_the_subscriber() {
+    let c = Cowork::start();
+    let mut p = c.boot("e");
+    let mut ev = c.events("e");
+    p.sh("x", "s", "echo out; echo err >&2; exit 3");
+    let exit = ev.exit_of("x");
+    assert_eq!(exit["exitCode"], 3);
+    assert_eq!(ev.text("stdout", "x"), "out\n");
+    assert_eq!(ev.text("stderr", "x"), "err\n");
+    let r = p.call("isProcessRunning", json!({"id": "x"}));
+    assert_eq!(r["result"], json!({"running": false, "exitCode": 3}));
+}
+
+#[test]
+fn stdin_reaches_cat_and_kill_reports_the_signal_by_name() {
+    let c = Cowork::start();
+    let mut p = c.boot("k");
+    let mut ev = c.events("k");
+    p.call("spawn", json!({"id": "cat", "name": "s", "command": "cat"}));
+    let r = p.call("writeStdin", json!({"id": "cat", "data": "hello €\n"}));
+    assert_eq!(r["success"], true, "{r}");
+    ev.until("cat's echo", |v| v["type"] == "stdout" && v["id"] == "cat");
+    assert_eq!(ev.text("stdout", "cat"), "hello €\n");
+    assert_eq!(
+        p.call("isProcessRunning", json!({"id": "cat"}))["result"]["running"],
+        true
+    );
+    p.call("kill", json!({"id": "cat", "signal": "SIGTERM"}));
+    let exit = ev.exit_of("cat");
+    assert_eq!(exit["exitCode"], Value::Null, "{exit}");
+    assert_eq!(exit["signal"], "SIGTERM");
+    p.call(
+        "spawn",
+        json!({"id": "sl", "name": "s", "command": "sleep", "args": ["30"]}),
+    );
+    p.call("kill", json!({"id": "sl", "signal": "SIGKILL"}));
+    let exit = ev.exit_of("sl");
+    assert_eq!(exit["signal"], "SIGKILL");
+    assert_eq!(exit["exitCode"], Value::Null);
+    // stdin to an exited process, and kill of an unknown id: clean answers.
+    let r = p.call("writeStdin", json!({"id": "cat", "data": "late"}));
+    assert_eq!(r["success"], false, "{r}");
+    assert!(r["error"].as_str().unwrap().contains("exited"), "{r}");
+    let r = p.call("kill", json!({"id": "nobody-here"}));
+    assert_eq!(r["success"], false, "{r}");
+    // The daemon is still fine.
+    assert_eq!(p.call("isRunning", json!({}))["result"]["running"], true);
+}
+
+#[test]
+fn writing_to_a_process_whose_stdin_is_closed_harms_nothing() {
+    let c = Cowork::start();
+    let mut p = c.boot("ep");
+    let mut ev = c.events("ep");
+    // The process closes its stdin, then keeps running for a while.
+    p.sh("h", "s", "exec 0<&-; sleep 0.5; echo alive");
+    for _ in 0..20 {
+        let r = p.call(
+            "writeStdin",
+            json!({"id": "h", "data": "x".repeat(100_000)}),
+        );
+        assert!(r.get("success").is_some(), "{r}");
+    }
+    assert_eq!(ev.exit_of("h")["exitCode"], 0);
+    assert_eq!(ev.text("stdout", "h"), "alive\n");
+    assert_eq!(p.call("isRunning", json!({}))["result"]["running"], true);
+}
+
+#[test]
+fn a_missing_program_gets_an_error_and_an_exit_with_127_and_a_non_executable_126() {
+    let c = Cowork::start();
+    let mut p = c.boot("m");
+    let mut ev = c.events("m");
+    let r = p.call(
+        "spawn",
+        json!({"id": "nx", "name": "s", "command": "/no/such/program"}),
+    );
+    assert_eq!(r["success"], true);
+    let exit = ev.exit_of("nx");
+    assert_eq!(exit["exitCode"], 127, "{exit}");
+    let err = ev.until("error of nx", |v| v["type"] == "error" && v["id"] == "nx");
+    assert!(err["message"].as_str().unwrap().contains("ENOENT"), "{err}");
+    p.sh(
+        "mk",
+        "s",
+        "echo 'echo ran' > /sessions/s/plain; chmod 644 /sessions/s/plain",
+    );
+    assert_eq!(ev.exit_of("mk")["exitCode"], 0);
+    p.call(
+        "spawn",
+        json!({"id": "ne", "name": "s", "command": "/sessions/s/plain"}),
+    );
+    let exit = ev.exit_of("ne");
+    assert_eq!(exit["exitCode"], 126, "{:?}", ev.seen);
+    ev.until("error of ne", |v| v["type"] == "error" && v["id"] == "ne");
+    assert_eq!(
+        p.call("isProcessRunning", json!({"id": "nx"}))["result"],
+        json!({"running": false, "exitCode": 127})
+    );
+}
+
+#[test]
+fn is_process_running_is_true_before_and_false_with_the_code_after_exit() {
+    let c = Cowork::start();
+    let mut p = c.boot("r");
+    let mut ev = c.events("r");
+    p.sh("q", "s", "sleep 0.3; exit 4");
+    assert_eq!(
+        p.call("isProcessRunning", json!({"id": "q"}))["result"],
+        json!({"running": true})
+    );
+    ev.exit_of("q");
+    assert_eq!(
+        p.call("isProcessRunning", json!({"id": "q"}))["result"],
+        json!({"running": false, "exitCode": 4})
+    );
+    // A reused id: the new process is tracked, not the old exit.
+    p.sh("q", "s", "sleep 0.3");
+    assert_eq!(
+        p.call("isProcessRunning", json!({"id": "q"}))["result"],
+        json!({"running": true})
+    );
+    // One-shot processes are forgotten after their exit.
+    p.call(
+        "spawn",
+        json!({"id": "o", "name": "s", "command": "true", "oneShot": true}),
+    );
+    ev.exit_of("o");
+    assert_eq!(
+        p.call("isProcessRunning", json!({"id": "o"}))["result"],
+        json!({"running": false})
+    );
+}
+
+#[test]
+fn two_profiles_never_see_each_others_events() {
+    let c = Cowork::start();
+    let mut pa = c.boot("A");
+    let mut pb = c.boot("B");
+    let mut ea = c.events("A");
+    let mut eb = c.events("B");
+    pa.sh("only-a", "s", "echo from-a");
+    pb.sh("only-b", "s", "echo from-b");
+    ea.exit_of("only-a");
+    eb.exit_of("only-b");
+    let more_a = ea.drain_for(Duration::from_millis(300));
+    assert!(
+        ea.seen.iter().chain(&more_a).all(|v| v["id"] != "only-b"),
+        "{:?}",
+        ea.seen
+    );
+    assert!(eb.seen.iter().all(|v| v["id"] != "only-a"), "{:?}", eb.seen);
+    // The process table is per profile too.
+    assert_eq!(
+        pb.call("isProcessRunning", json!({"id": "only-a"}))["result"],
+        json!({"running": false})
+    );
+}
+
+#[test]
+fn events_emitted_with_nobody_subscribed_are_replayed_to_a_late_subscriber() {
+    let c = Cowork::start();
+    let mut p = c.boot("late");
+    p.sh("early", "s", "echo one; echo two");
+    // Wait until it has surely ended, then subscribe.
+    let deadline = Instant::now() + WAIT;
+    while p.call("isProcessRunning", json!({"id": "early"}))["result"]["running"] == true {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut ev = c.events("late");
+    let exit = ev.exit_of("early");
+    assert_eq!(exit["exitCode"], 0);
+    assert_eq!(ev.text("stdout", "early"), "one\ntwo\n");
+    // Nothing is lost across a resubscribe either.
+    drop(ev);
+    p.sh("between", "s", "echo three");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ev = c.events("late");
+    ev.exit_of("between");
+    assert_eq!(ev.text("stdout", "between"), "three\n");
+}
+
+#[test]
+fn fifty_concurrent_spawns_each_get_their_own_output() {
+    let c = Cowork::start();
+    let mut p = c.boot("fifty");
+    let mut ev = c.events("fifty");
+    let ids: Vec<u64> = (0..50)
+        .map(|i| p.send("spawn", json!({"id": format!("p{i}"), "name": "s", "command": "/bin/sh", "args": ["-c", format!("echo out-{i}")]})))
+        .collect();
+    for id in ids {
+        assert_eq!(p.wait(id)["success"], true);
+    }
+    for i in 0..50 {
+        let exit = ev.exit_of(&format!("p{i}"));
+        assert_eq!(exit["exitCode"], 0, "{exit}");
+    }
+    for i in 0..50 {
+        assert_eq!(ev.text("stdout", &format!("p{i}")), format!("out-{i}\n"));
+    }
+}
+
+#[test]
+fn a_character_split_across_writes_arrives_whole() {
+    let c = Cowork::start();
+    let mut p = c.boot("u8");
+    let mut ev = c.events("u8");
+    p.sh("eu", "s", r"printf '\342'; sleep 0.1; printf '\202\254'");
+    ev.exit_of("eu");
+    assert_eq!(ev.text("stdout", "eu"), "€");
+    let parts = ev.seen.iter().filter(|v| v["type"] == "stdout").count();
+    assert!(parts >= 1);
+    assert!(!ev.text("stdout", "eu").contains('\u{fffd}'));
+    // Really invalid bytes do become U+FFFD.
+    p.sh("bad", "s", r"printf 'a\377b'");
+    ev.exit_of("bad");
+    assert_eq!(ev.text("stdout", "bad"), "a\u{fffd}b");
+}
+
+#[test]
+fn a_frame_over_ten_mib_ends_only_its_own_connection() {
+    let c = Cowork::start();
+    let mut p = c.pipe("big");
+    let mut s = c.connect();
+    s.write_all(&((10u32 << 20) + 1).to_be_bytes()).unwrap();
+    let r = read_frame(&mut s).expect("an error reply before the close");
+    assert_eq!(r["success"], false, "{r}");
+    assert!(read_frame(&mut s).is_none(), "the connection is closed");
+    assert_eq!(
+        p.call("isRunning", json!({}))["success"],
+        true,
+        "other connections are unaffected"
+    );
+}
+
+#[test]
+fn bodies_that_are_not_json_objects_are_refused_and_the_connection_closed() {
+    let c = Cowork::start();
+    for body in [&b"{not json"[..], b"[1,2,3]", b"\"str\"", b"\xff\xfe"] {
+        let mut s = c.connect();
+        s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+        s.write_all(body).unwrap();
+        // A valid frame queued behind the bad one is not processed.
+        write_frame(&mut s, &json!({"method": "isRunning", "id": 5}));
+        let r = read_frame(&mut s).expect("error reply");
+        assert_eq!(r["success"], false, "{r}");
+        assert!(read_frame(&mut s).is_none(), "closed after a bad body");
+    }
+    assert_eq!(c.one_shot("isRunning", json!({}))["success"], true);
+}
+
+#[test]
+fn missing_or_ill_typed_params_get_an_error_reply_with_the_id() {
+    let c = Cowork::start();
+    let mut p = c.pipe("params");
+    let mut s = p.s.try_clone().unwrap();
+    write_frame(&mut s, &json!({"id": 77, "params": {}}));
+    let r = p.wait(77);
+    assert_eq!(r["success"], false, "{r}");
+    for (method, params) in [
+        ("spawn", json!({"id": "x", "name": "s"})),
+        ("spawn", json!({"id": "x", "name": "s", "command": 12})),
+        ("kill", json!({"id": "x", "signal": "SIGBOGUS"})),
+        ("writeStdin", json!({"id": "x", "data": 5})),
+        ("isProcessRunning", json!({})),
+        ("setDebugLogging", json!({"enabled": "yes"})),
+    ] {
+        let r = p.call(method, params);
+        assert_eq!(r["success"], false, "{method}: {r}");
+        assert!(r["error"].is_string());
+    }
+    let id = p.send("isRunning", json!({}));
+    write_frame(
+        &mut s,
+        &json!({"id": 78, "method": "isRunning", "params": [1]}),
+    );
+    assert_eq!(p.wait(78)["success"], false);
+    assert_eq!(p.wait(id)["success"], true, "the pipe goes on");
+}
+
+#[test]
+fn the_daemon_survives_a_thousand_garbage_connections() {
+    let c = Cowork::start();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for i in 0..1000 {
+        let Ok(mut s) = UnixStream::connect(&c.sock) else {
+            panic!("connection {i} refused; log:\n{}", c.log());
+        };
+        let n = (seed % 64) as usize + 1;
+        let junk: Vec<u8> = (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let _ = s.write_all(&junk);
+        if i % 3 == 0 {
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let mut sink = Vec::new();
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let _ = s.read_to_end(&mut sink);
+        }
+    }
+    assert_eq!(c.one_shot("isRunning", json!({}))["success"], true);
+    assert!(c.child.0.id() > 0);
+}
+
+#[test]
+fn folders_are_mounted_read_only_or_read_write_and_escapes_are_refused() {
+    let c = Cowork::start();
+    let mut p = c.boot("mnt");
+    let mut ev = c.events("mnt");
+    let proj = c.env.home.join("proj");
+    let docs = c.env.home.join("docs");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("d.md"), "doc text").unwrap();
+    let rel = |p: &std::path::Path| p.strip_prefix("/").unwrap().to_str().unwrap().to_owned();
+    let r = p.call(
+        "spawn",
+        json!({"id": "w", "name": "sess", "command": "/bin/sh",
+               "args": ["-c", "pwd; cat /sessions/sess/mnt/docs/d.md; echo; echo made > out.txt; echo x > /sessions/sess/mnt/docs/new 2>/dev/null || echo ro-refused"],
+               "additionalMounts": {"proj": {"path": rel(&proj), "mode": "rw"}, "docs": {"path": rel(&docs), "mode": "ro"}}}),
+    );
+    assert_eq!(r["result"], json!({}), "no failed mounts: {r}\n{}", c.log());
+    let exit = ev.exit_of("w");
+    assert_eq!(exit["exitCode"], 0, "{:?}", ev.seen);
+    assert_eq!(
+        ev.text("stdout", "w"),
+        "/sessions/sess/mnt/proj\ndoc text\nro-refused\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(proj.join("out.txt")).unwrap(),
+        "made\n",
+        "rw writes reach the host"
+    );
+    assert!(!docs.join("new").exists());
+    // readFile reads through the agent, as the process sees the path.
+    let r = p.call(
+        "readFile",
+        json!({"processName": "sess", "filePath": "/sessions/sess/mnt/docs/d.md"}),
+    );
+    assert_eq!(r["result"]["content"], "doc text", "{r}");
+    for bad in [
+        "/etc/passwd",
+        "/sessions/sess/../../etc/passwd",
+        "/sessions/other/x",
+    ] {
+        let r = p.call("readFile", json!({"processName": "sess", "filePath": bad}));
+        assert_eq!(r["success"], false, "{bad}: {r}");
+    }
+    let r = p.call(
+        "readFile",
+        json!({"processName": "sess", "filePath": "/sessions/sess/mnt/docs/missing"}),
+    );
+    assert_eq!(r["success"], false, "{r}");
+    // mountPath: `..`, outside home and a symlink out of home are refused.
+    p.call(
+        "spawn",
+        json!({"id": "long", "name": "sess", "command": "sleep", "args": ["30"]}),
+    );
+    std::os::unix::fs::symlink("/etc", c.env.home.join("esc")).unwrap();
+    for sub in [
+        format!("{}/../../etc", rel(&c.env.home)),
+        "etc".into(),
+        format!("{}/esc", rel(&c.env.home)),
+    ] {
+        let r = p.call(
+            "mountPath",
+            json!({"processId": "long", "subpath": sub, "mountName": "evil", "mode": "rw"}),
+        );
+        assert_eq!(r["success"], false, "{sub}: {r}");
+    }
+    let r = p.call(
+        "mountPath",
+        json!({"processId": "long", "subpath": rel(&docs), "mountName": "later", "mode": "ro"}),
+    );
+    assert_eq!(r["success"], true, "{r}");
+    p.sh("see", "sess", "cat /sessions/sess/mnt/later/d.md");
+    ev.exit_of("see");
+    assert_eq!(ev.text("stdout", "see"), "doc text");
+    // A mount that cannot be made is reported, not silently dropped.
+    let r = p.call("spawn", json!({"id": "f", "name": "sess", "command": "true", "additionalMounts": {"bad": {"path": "etc"}}}));
+    assert_eq!(r["result"], json!({"failedMounts": ["bad"]}), "{r}");
+    p.call("kill", json!({"id": "long", "signal": "SIGKILL"}));
+}
+
+#[test]
+fn session_dirs_are_measured_deleted_without_touching_mounted_folders_and_validated() {
+    let c = Cowork::start();
+    let mut p = c.boot("sd");
+    let mut ev = c.events("sd");
+    let keep = c.env.home.join("keep");
+    std::fs::create_dir_all(&keep).unwrap();
+    std::fs::write(keep.join("precious"), "user data").unwrap();
+    let rel = keep.strip_prefix("/").unwrap().to_str().unwrap().to_owned();
+    p.call(
+        "spawn",
+        json!({"id": "fill", "name": "big", "command": "/bin/sh", "args": ["-c", "head -c 1048576 /dev/zero > /sessions/big/blob"],
+               "additionalMounts": {"keep": {"path": rel, "mode": "rw"}}}),
+    );
+    ev.exit_of("fill");
+    let r = p.call("getSessionsDiskInfo", json!({"lowWaterBytes": 0}));
+    let info = &r["result"];
+    assert!(
+        info["totalBytes"].as_u64().unwrap() > 0 && info["freeBytes"].as_u64().is_some(),
+        "{r}"
+    );
+    let big = info["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "big")
+        .expect("session big");
+    assert!(big["bytes"].as_u64().unwrap() >= 1 << 20, "{r}");
+    let r = p.call(
+        "deleteSessionDirs",
+        json!({"names": ["big", "../x", "a/b", "nope"]}),
+    );
+    assert_eq!(r["result"]["deleted"], json!(["big"]), "{r}");
+    for bad in ["../x", "a/b", "nope"] {
+        assert!(r["result"]["errors"][bad].is_string(), "{bad}: {r}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(keep.join("precious")).unwrap(),
+        "user data"
+    );
+    let r = p.call("pruneSessionCaches", json!({"onlyIfFreeBytesBelow": 0, "includeSessionTmp": true, "sessionTmpOlderThanSeconds": 0}));
+    assert_eq!(r["success"], true, "{r}");
+    assert!(r["result"]["freedBytes"].is_u64());
+}
+
+#[test]
+fn tokens_reach_the_process_but_never_the_log() {
+    let c = Cowork::start();
+    let mut p = c.boot("tok");
+    let mut ev = c.events("tok");
+    p.call("setDebugLogging", json!({"enabled": true}));
+    p.call(
+        "addApprovedOauthToken",
+        json!({"token": "approved-SECRET-1"}),
+    );
+    p.call("spawn", json!({"id": "t1", "name": "s", "command": "/bin/sh", "args": ["-c", "echo $CLAUDE_CODE_OAUTH_TOKEN"], "oauthToken": "param-SECRET-2", "env": {"OTHER": "env-SECRET-3"}}));
+    p.call("spawn", json!({"id": "t2", "name": "s", "command": "/bin/sh", "args": ["-c", "echo $CLAUDE_CODE_OAUTH_TOKEN $OTHER"], "env": {"OTHER": "env-SECRET-3"}}));
+    ev.exit_of("t1");
+    ev.exit_of("t2");
+    assert_eq!(ev.text("stdout", "t1"), "param-SECRET-2\n");
+    assert_eq!(ev.text("stdout", "t2"), "approved-SECRET-1 env-SECRET-3\n");
+    let log = c.log();
+    assert!(log.contains("request spawn"), "debug logging is on: {log}");
+    assert!(!log.contains("SECRET"), "a secret reached the log:\n{log}");
+}
+
+#[test]
+fn allowed_domains_give_a_private_network_whose_only_way_out_is_the_proxy() {
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        println!("skipped: needs /usr/bin/python3 inside the sandbox");
+        return;
+    }
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in host.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(b"hello-from-host");
+        }
+    });
+    let c = Cowork::start();
+    let mut p = c.boot("net");
+    let mut ev = c.events("net");
+    let script = format!(
+        r#"
+import os, socket
+print(os.environ.get("HTTPS_PROXY"))
+def via(host):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(f"CONNECT {{host}}:{port} HTTP/1.1\r\nHost: {{host}}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = s.recv(1)
+        if not b: break
+        head += b
+    status = head.split(b" ")[1].decode() if head else "none"
+    body = s.recv(100).decode() if status == "200" else ""
+    return status, body
+print(*via("localhost"))
+print(*via("example.com"))
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    print("direct-ok")
+except OSError:
+    print("direct-refused")
+"#
+    );
+    let r = p.call("spawn", json!({"id": "py", "name": "s", "command": "python3", "args": ["-c", script], "allowedDomains": ["localhost"]}));
+    assert_eq!(r["success"], true, "{r}\n{}", c.log());
+    let exit = ev.exit_of("py");
+    assert_eq!(exit["exitCode"], 0, "{:?}\n{}", ev.seen, c.log());
+    assert_eq!(
+        ev.text("stdout", "py"),
+        "http://127.0.0.1:3128\n200 hello-from-host\n403 \ndirect-refused\n",
+        "{:?}",
+        ev.seen
+    );
+    // Without allowedDomains the host network is shared.
+    p.call("spawn", json!({"id": "open", "name": "s", "command": "python3", "args": ["-c", format!("import socket; print(socket.create_connection(('127.0.0.1', {port})).recv(100).decode())")]}));
+    ev.exit_of("open");
+    assert_eq!(ev.text("stdout", "open"), "hello-from-host\n");
+}
+
+#[test]
+fn start_vm_probes_the_api_url_and_stop_vm_ends_processes_with_exit_events() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let c = Cowork::start();
+    let mut ev = c.events("st");
+    let mut p = c.pipe("st");
+    let r = p.call(
+        "startVM",
+        json!({"apiProbeURL": format!("http://127.0.0.1:{port}/v1")}),
+    );
+    assert_eq!(r["success"], true);
+    let reach = ev.until("apiReachability", |v| v["type"] == "apiReachability");
+    assert_eq!(reach["status"], "reachable", "{reach}");
+    p.call(
+        "spawn",
+        json!({"id": "z", "name": "s", "command": "sleep", "args": ["60"]}),
+    );
+    let r = p.call("stopVM", json!({}));
+    assert_eq!(r["success"], true);
+    let exit = ev.exit_of("z");
+    assert_eq!(exit["signal"], "SIGKILL", "{exit}");
+    ev.until("networkStatus disconnected", |v| {
+        v["type"] == "networkStatus" && v["status"] == "disconnected"
+    });
+    assert_eq!(p.call("isRunning", json!({}))["result"]["running"], false);
+    assert_eq!(
+        p.call("isGuestConnected", json!({}))["result"]["connected"],
+        false
+    );
+    let r = p.call("spawn", json!({"id": "y", "name": "s", "command": "true"}));
+    assert_eq!(r["success"], false, "spawn needs a running VM: {r}");
+    // And it starts again.
+    assert_eq!(p.call("startVM", json!({}))["success"], true);
+    assert_eq!(
+        p.call("isGuestConnected", json!({}))["result"]["connected"],
+        true
+    );
+}
+
+#[test]
+fn a_second_server_on_a_live_socket_exits_non_zero_and_a_stale_one_is_replaced() {
+    let c = Cowork::start();
+    let log = c.env.root().join("second.log");
+    let mut second = client::spawn_server(&c.env, &c.sock, &log);
+    let status = crate::support::wait_exit(&mut second);
+    assert!(!status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("in use"), "{text}");
+    assert_eq!(
+        c.one_shot("isRunning", json!({}))["success"],
+        true,
+        "the first still serves"
+    );
+    // A stale socket file (nobody listening) is removed and reused.
+    let env = crate::support::TestEnv::new();
+    let sock = env.xdg_runtime.join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let mut s =
+        crate::support::KillOnDrop(client::spawn_server(&env, &sock, &env.root().join("l")));
+    let deadline = Instant::now() + WAIT;
+    while UnixStream::connect(&sock).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "did not take over the stale socket"
+        );
+        assert!(s.0.try_wait().unwrap().is_none(), "exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn an_unsafe_socket_directory_or_a_symlinked_socket_is_refused() {
+    let env = crate::support::TestEnv::new();
+    let open = env.root().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let log = env.root().join("l");
+    let mut child = client::spawn_server(&env, &open.join("s.sock"), &log);
+    assert!(!crate::support::wait_exit(&mut child).success());
+    assert!(
+        std::fs::read_to_string(&log).unwrap().contains("open"),
+        "names the directory"
+    );
+    let link = env.xdg_runtime.join("link.sock");
+    std::os::unix::fs::symlink(env.root().join("elsewhere"), &link).unwrap();
+    let mut child = client::spawn_server(&env, &link, &log);
+    assert!(!crate::support::wait_exit(&mut child).success());
+    assert!(std::fs::read_to_string(&log).unwrap().contains("symlink"));
+}
+
+#[test]
+fn sigterm_stops_sandboxes_kills_processes_removes_the_socket_and_exits_zero() {
+    let mut c = Cowork::start();
+    let mut p = c.boot("term");
+    let marker = crate::support::unique("cwterm");
+    p.sh("long", "s", &format!("sleep 300; echo {marker}"));
+    let deadline = Instant::now() + WAIT;
+    while crate::support::pids_with(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "the process never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill takes plain integers; the server is our child.
+    unsafe { libc::kill(c.child.0.id() as i32, libc::SIGTERM) };
+    let status = crate::support::wait_exit(&mut c.child.0);
+    assert_eq!(status.code(), Some(0), "{}", c.log());
+    assert!(!c.sock.exists(), "the socket is removed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !crate::support::pids_with(&marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "a spawned process outlived the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
