@@ -121,13 +121,11 @@ impl Events {
             }
             for frame in &batch {
                 out.write_all(frame).await?;
-            }
-            {
+                // Popped as soon as it is written, so a write that fails
+                // later in the batch replays nothing twice.
                 let mut q = lock(&self.queue);
-                for _ in 0..batch.len() {
-                    if let Some(f) = q.items.pop_front() {
-                        q.bytes -= f.len();
-                    }
+                if let Some(f) = q.items.pop_front() {
+                    q.bytes -= f.len();
                 }
             }
             drop(guard);

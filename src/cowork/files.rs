@@ -16,7 +16,8 @@ use super::sandbox::Sandbox;
 /// Reads `path` (as the sandbox sees it), at most `max` bytes.
 pub async fn get_file(sandbox: &Arc<Sandbox>, path: &Path, max: u64) -> Result<Vec<u8>, String> {
     use std::os::unix::ffi::OsStrExt as _;
-    let mut s = sandbox.session().await.map_err(|e| e.to_string())?;
+    let stream = sandbox.session().await.map_err(|e| e.to_string())?;
+    let mut s = tokio_util::codec::Framed::new(stream, boxdesk_channel::AgchCodec);
     s.send(Frame::GetFile(path.as_os_str().as_bytes().to_vec()))
         .await
         .map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use zeroize::Zeroizing;
 
 use super::mounts;
-use super::process::{self, Command, Ended, ProcError, Status};
+use super::process::{self, Ended, ProcError, Status};
 use super::profile::{Profile, Sdk};
 use super::proxy::Allowlist;
 use super::server::Server;
@@ -24,6 +24,24 @@ pub type Outcome = Result<Value, String>;
 
 fn params<T: DeserializeOwned>(method: &str, p: Value) -> Result<T, String> {
     serde_json::from_value(p).map_err(|e| format!("invalid params for {method}: {e}"))
+}
+
+/// A string that may be a secret (a token, stdin): wiped when dropped and
+/// never shown by `Debug`.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Secret(Zeroizing<String>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Secret {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A process id: the client sends strings, numbers are accepted too.
@@ -94,7 +112,7 @@ struct SpawnParams {
     mount_skeleton_home: bool,
     #[serde(default)]
     is_resume: bool,
-    oauth_token: Option<Zeroizing<String>>,
+    oauth_token: Option<Secret>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,7 +130,7 @@ struct KillParams {
 #[derive(Debug, Deserialize)]
 struct StdinParams {
     id: Id,
-    data: Zeroizing<String>,
+    data: Secret,
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,7 +173,7 @@ struct SdkParams {
 
 #[derive(Debug, Deserialize)]
 struct TokenParams {
-    token: Zeroizing<String>,
+    token: Secret,
 }
 
 #[derive(Debug, Deserialize)]
@@ -200,7 +218,7 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
                 None | Some(Value::Null) => libc::SIGTERM,
                 Some(v) => process::parse_signal(v).ok_or_else(|| format!("unknown signal {v}"))?,
             };
-            match p.procs.send(&k.id.key(), Command::Signal(sig)).await {
+            match p.procs.signal(&k.id.key(), sig) {
                 // Killing a process that already ended is not an error.
                 Ok(()) | Err(ProcError::Exited(_)) => Ok(json!({})),
                 Err(e) => Err(e.to_string()),
@@ -212,10 +230,8 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
                 // An empty Stdin frame would be EOF; empty data is nothing.
                 return Ok(json!({}));
             }
-            let data = SecretBytes::copy_from(w.data.as_bytes());
             p.procs
-                .send(&w.id.key(), Command::Stdin(data))
-                .await
+                .write_stdin(&w.id.key(), w.data.0.as_bytes())
                 .map(|()| json!({}))
                 .map_err(|e| e.to_string())
         }
@@ -241,7 +257,11 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
             server.set_debug(d.enabled);
             Ok(json!({}))
         }
-        "mountPath" => mount_path(server, p, params(method, raw)?),
+        "mountPath" => {
+            let m: MountPathParams = params(method, raw)?;
+            let (server, p) = (server.clone(), p.clone());
+            blocking(move || mount_path(&server, &p, m)).await
+        }
         "readFile" => read_file(p, params(method, raw)?).await,
         "getSessionsDiskInfo" => {
             let s = p.sessions.clone();
@@ -258,8 +278,16 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
         "deleteSessionDirs" => {
             let n: NamesParams = params(method, raw)?;
             let (s, procs) = (p.sessions.clone(), p.procs.clone());
-            let r =
-                blocking(move || Ok(s.delete(&n.names, &|name| procs.session_busy(name)))).await?;
+            let staged = p.layout.staged_sessions();
+            let r = blocking(move || {
+                // A session's folders are mounted on its staged view; take
+                // them off (never through them) before its dir goes.
+                for name in n.names.iter().filter(|n| !procs.session_busy(n)) {
+                    mounts::detach_all(&staged, Some(name));
+                }
+                Ok(s.delete(&n.names, &|name| procs.session_busy(name)))
+            })
+            .await?;
             Ok(json!({"deleted": r.deleted, "errors": r.errors}))
         }
         "pruneSessionCaches" => {
@@ -278,10 +306,14 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
                 "freedBytes": r.freed_bytes, "errors": r.errors,
             }))
         }
-        "installSdk" => install_sdk(server, p, params(method, raw)?),
+        "installSdk" => {
+            let q: SdkParams = params(method, raw)?;
+            let (server, p) = (server.clone(), p.clone());
+            blocking(move || install_sdk(&server, &p, q)).await
+        }
         "addApprovedOauthToken" => {
             let t: TokenParams = params(method, raw)?;
-            p.settings().token = Some(t.token);
+            p.settings().token = Some(t.token.0);
             Ok(json!({}))
         }
         "getNetworkDrives" => Ok(json!({"drives": []})),
@@ -306,7 +338,10 @@ fn read_only(mode: Option<&str>) -> Result<bool, String> {
 }
 
 /// Attaches host folder `subpath` (relative to `/`, under home) at
-/// `/sessions/<name>/mnt/<mount>`.
+/// `/sessions/<name>/mnt/<mount>`. A folder holding boxdesk's own runtime
+/// dir (agent sockets, staged mounts) or inside its data is refused: its
+/// sockets would let a sandbox reach another, and its mounts would repeat
+/// themselves in every copy.
 fn attach(
     server: &Server,
     p: &Profile,
@@ -318,23 +353,37 @@ fn attach(
     p.can_mount()?;
     mounts::check_name(mount).map_err(|e| e.to_string())?;
     let src = mounts::resolve_in_home(server.home(), subpath).map_err(|e| e.to_string())?;
-    let target = mounts::dir_beneath(&p.layout.sessions, &[name, "mnt", mount])
-        .map_err(|e| e.to_string())?;
+    let real = mounts::real_path(&src).map_err(|e| format!("cannot inspect {subpath:?}: {e}"))?;
+    for own in [server.runtime_root(), server.data_root()] {
+        if own.starts_with(&real) || real.starts_with(own) {
+            return Err(format!(
+                "{} holds or is inside boxdesk's own {}: not mountable",
+                real.display(),
+                own.display()
+            ));
+        }
+    }
     let shown = Path::new("/sessions").join(name).join("mnt").join(mount);
-    mounts::attach(&src, &target, ro, &shown).map_err(|e| e.to_string())
+    mounts::attach(
+        &src,
+        &p.layout.staged_sessions(),
+        &[name, "mnt", mount],
+        ro,
+        &shown,
+    )
+    .map_err(|e| e.to_string())
 }
 
-async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
+/// The file-system half of a spawn, run off the async worker (a mount
+/// source on a hung network share must not stall the server): the session
+/// dir, its mounts and its home. Returns the failed mounts and `HOME`.
+fn prepare_session(
+    server: &Server,
+    p: &Profile,
+    s: &SpawnParams,
+) -> Result<(Vec<String>, String), String> {
     p.sessions.create(&s.name).map_err(|e| e.to_string())?;
     mounts::dir_beneath(&p.layout.sessions, &[&s.name, "mnt"]).map_err(|e| e.to_string())?;
-    if s.command.is_empty() {
-        return Err("command is empty".into());
-    }
-    let allowed = match &s.allowed_domains {
-        Some(list) if !list.is_empty() => Some(Allowlist::new(list).map_err(|e| e.to_string())?),
-        _ => None,
-    };
-    let sandbox = p.sandbox_for(allowed).await?;
     let mut failed = Vec::new();
     for (mount, spec) in &s.additional_mounts {
         let outcome = serde_json::from_value::<MountSpec>(spec.clone())
@@ -348,6 +397,31 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
             failed.push(mount.clone());
         }
     }
+    let home = if s.mount_skeleton_home {
+        mounts::dir_beneath(&p.layout.sessions, &[&s.name, "home"]).map_err(|e| e.to_string())?;
+        format!("/sessions/{}/home", s.name)
+    } else {
+        server.home().display().to_string()
+    };
+    Ok((failed, home))
+}
+
+async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
+    mounts::check_name(&s.name).map_err(|e| format!("bad session name: {e}"))?;
+    if s.command.is_empty() {
+        return Err("command is empty".into());
+    }
+    let allowed = match &s.allowed_domains {
+        Some(list) if !list.is_empty() => Some(Allowlist::new(list).map_err(|e| e.to_string())?),
+        _ => None,
+    };
+    let sandbox = p.sandbox_for(allowed).await?;
+    let (server2, p2) = (server.clone(), p.clone());
+    let (s, (failed, home)) = blocking(move || {
+        let r = prepare_session(&server2, &p2, &s);
+        r.map(|r| (s, r))
+    })
+    .await?;
     let (sdk, approved) = {
         let st = p.settings();
         (st.sdk.clone(), st.token.clone())
@@ -365,13 +439,6 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
         None => crate::sandbox::namespace::PATH_INSIDE.to_owned(),
     };
     set("PATH", &path);
-    let home = if s.mount_skeleton_home {
-        let h = format!("{session_dir}/home");
-        mounts::dir_beneath(&p.layout.sessions, &[&s.name, "home"]).map_err(|e| e.to_string())?;
-        h
-    } else {
-        server.home().display().to_string()
-    };
     set("HOME", &home);
     set("USER", &s.name);
     set("LOGNAME", &s.name);
@@ -389,7 +456,7 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
         set(k, v);
     }
     if !s.env.contains_key("CLAUDE_CODE_OAUTH_TOKEN") {
-        if let Some(t) = s.oauth_token.as_ref().or(approved.as_ref()) {
+        if let Some(t) = s.oauth_token.as_ref().map(|t| &t.0).or(approved.as_ref()) {
             set("CLAUDE_CODE_OAUTH_TOKEN", t);
         }
     }
@@ -405,7 +472,7 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
     };
     let cwd = match &s.cwd {
         Some(c) if !c.is_empty() => c.clone(),
-        _ => default_cwd(&session_dir, &s.additional_mounts),
+        _ => default_cwd(&session_dir, &s.additional_mounts, &failed),
     };
     if s.is_resume {
         tracing::info!("spawn {} resumes session {}", s.id.key(), s.name);
@@ -418,7 +485,7 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
         timeout_ms: 0,
     };
     let key = s.id.key();
-    let (generation, rx) = p
+    let (generation, inbox) = p
         .procs
         .register(&key, &s.name, s.one_shot)
         .map_err(|e| e.to_string())?;
@@ -431,7 +498,7 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
         generation,
         exec,
     };
-    tokio::spawn(process::run(run, rx));
+    tokio::spawn(process::run(run, inbox));
     Ok(if failed.is_empty() {
         json!({})
     } else {
@@ -439,12 +506,13 @@ async fn spawn(server: &Server, p: &Arc<Profile>, s: SpawnParams) -> Outcome {
     })
 }
 
-/// The first mount that is not hidden and not `uploads`, else the session
-/// dir (what the client expects as a session's working dir).
-fn default_cwd(session_dir: &str, mounts: &Map<String, Value>) -> String {
+/// The first mount that is not hidden, not `uploads` and not failed,
+/// else the session dir (what the client expects as a session's working
+/// dir).
+fn default_cwd(session_dir: &str, mounts: &Map<String, Value>, failed: &[String]) -> String {
     match mounts
         .keys()
-        .find(|m| !m.starts_with('.') && *m != "uploads")
+        .find(|m| !m.starts_with('.') && *m != "uploads" && !failed.contains(m))
     {
         Some(m) => format!("{session_dir}/mnt/{m}"),
         None => session_dir.to_owned(),
@@ -502,9 +570,8 @@ fn install_sdk(server: &Server, p: &Profile, s: SdkParams) -> Outcome {
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let target =
-            mounts::dir_beneath(&p.layout.home_mirror, &names).map_err(|e| e.to_string())?;
-        mounts::attach(&src, &target, true, &dir).map_err(|e| e.to_string())?;
+        mounts::attach(&src, &p.layout.staged_home(), &names, true, &dir)
+            .map_err(|e| e.to_string())?;
     } else if !visible_in_sandbox(&dir) {
         return Err(format!(
             "the SDK dir {} must be under the home directory {}",
@@ -564,11 +631,11 @@ mod tests {
         let mut m = Map::new();
         m.insert(".skills".to_owned(), json!({"path": "x"}));
         m.insert("uploads".to_owned(), json!({"path": "x"}));
-        assert_eq!(default_cwd("/sessions/a", &m), "/sessions/a");
+        assert_eq!(default_cwd("/sessions/a", &m, &[]), "/sessions/a");
         m.insert("proj".to_owned(), json!({"path": "x"}));
         m.insert("docs".to_owned(), json!({"path": "x"}));
         assert_eq!(
-            default_cwd("/sessions/a", &m),
+            default_cwd("/sessions/a", &m, &[]),
             "/sessions/a/mnt/proj",
             "the client's order, not sorted"
         );

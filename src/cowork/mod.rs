@@ -88,6 +88,7 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         .filter(|h| h.is_absolute())
         .ok_or(CoworkError::NoHome)?;
     let data_root = dirs::data_dir()?.join("cowork");
+    let runtime_root = dirs::runtime_dir()?.join("cowork");
     let listener = bind(&opts.socket)?;
     let bound = std::fs::symlink_metadata(&opts.socket)
         .map(|m| (m.dev(), m.ino()))
@@ -104,10 +105,17 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
     let debug = opts.debug.clone();
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
+    let overflow = std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok();
+    if uid != 0 && overflow.as_deref().map(str::trim) == Some(uid.to_string().as_str()) {
+        tracing::warn!(
+            "running as the overflow uid {uid}: inside this server's user namespace other users look like uid {uid}, so only the socket directory's 0700 keeps them out"
+        );
+    }
     let server = Arc::new(server::Server::new(
         uid,
         home,
         data_root,
+        runtime_root,
         Box::new(move |on| debug(on)),
     ));
     tracing::info!(

@@ -127,19 +127,25 @@ fn cpath(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
 }
 
-/// Binds `dir` onto itself and makes it a shared mount, once: mounts
-/// attached beneath it then reach the sandboxes' copies of it.
-pub fn make_shared(dir: &Path) -> Result<(), MountError> {
+/// Binds `real` at `staged` (an empty directory elsewhere, under the
+/// runtime dir) and makes that a shared mount, once: mounts attached
+/// beneath `staged` then reach the sandboxes' copies of it, while `real`
+/// itself never carries a mount — so no folder a client mounts (even the
+/// whole home, which holds `real`) can contain one, and walking `real`
+/// never crosses into a user's folder.
+pub fn make_shared(real: &Path, staged: &Path) -> Result<(), MountError> {
     available()?;
+    let dir = staged;
     let c = cpath(dir).map_err(os("naming", dir))?;
     if !is_mount_root(dir).map_err(os("inspecting", dir))? {
-        // SAFETY: a bind of an existing directory onto itself.
+        let r = cpath(real).map_err(os("naming", real))?;
+        // SAFETY: a bind of an existing directory on an existing one.
         let rc = unsafe {
             libc::mount(
-                c.as_ptr(),
+                r.as_ptr(),
                 c.as_ptr(),
                 std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
+                libc::MS_BIND,
                 std::ptr::null(),
             )
         };
@@ -167,18 +173,19 @@ pub fn make_shared(dir: &Path) -> Result<(), MountError> {
 /// not following a final symlink.
 pub fn is_mount_root(path: &Path) -> io::Result<bool> {
     let c = cpath(path)?;
+    statx_mount_root(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// Whether the directory open as `fd` is the root of a mount.
+fn fd_is_mount_root(fd: &OwnedFd) -> io::Result<bool> {
+    statx_mount_root(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+}
+
+fn statx_mount_root(dir: i32, path: &std::ffi::CStr, flags: i32) -> io::Result<bool> {
     // SAFETY: statx is plain old data; all-zero is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid C string and `stx` a valid out-pointer.
-    let rc = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
-            &mut stx,
-        )
-    };
+    // SAFETY: `path` is a valid C string and `stx` a valid out-pointer.
+    let rc = unsafe { libc::statx(dir, path.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut stx) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -337,19 +344,30 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-/// Mounts the tree at `src` on the directory `target` (both `O_PATH`
-/// descriptors from [`resolve_in_home`] and [`dir_beneath`]), read-only
-/// throughout when `read_only`. A mount already at `target` is replaced.
+/// Most mounts stacked on one target that [`attach`] and [`detach_all`]
+/// take off before giving up.
+const MAX_STACK: usize = 16;
+
+/// Mounts the tree at `src` (an `O_PATH` descriptor from
+/// [`resolve_in_home`]) on the directory `base/names…` (made and opened
+/// by [`dir_beneath`]), read-only throughout when `read_only`. Mounts
+/// already there are taken off first, so re-mounting a name replaces it.
 pub fn attach(
     src: &OwnedFd,
-    target: &OwnedFd,
+    base: &Path,
+    names: &[&str],
     read_only: bool,
     shown: &Path,
 ) -> Result<(), MountError> {
     available()?;
-    let proc_target = PathBuf::from(format!("/proc/self/fd/{}", target.as_raw_fd()));
-    if is_mount_root(&proc_target).unwrap_or(false) {
-        detach(&proc_target);
+    let mut target = dir_beneath(base, names)?;
+    for _ in 0..MAX_STACK {
+        if !fd_is_mount_root(&target).map_err(os("inspecting", shown))? {
+            break;
+        }
+        detach(Path::new(&format!("/proc/self/fd/{}", target.as_raw_fd())));
+        // The old descriptor is on the mount just taken off.
+        target = dir_beneath(base, names)?;
     }
     let empty = c"";
     // SAFETY: open_tree on a valid fd with an empty path; the result is a
@@ -419,6 +437,39 @@ pub fn detach(path: &Path) {
     }
 }
 
+/// Takes every mount off `dir/*/mnt/*` (one session's mounts when `dir`
+/// is `<staged sessions>/<name>`'s parent and `only` names it; all of them
+/// otherwise). Never follows a symlink: entries are checked with lstat.
+pub fn detach_all(sessions: &Path, only: Option<&str>) {
+    let Ok(entries) = std::fs::read_dir(sessions) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if only.is_some_and(|o| name != o) || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let mnt = e.path().join("mnt");
+        let Ok(mounts) = std::fs::read_dir(&mnt) else {
+            continue;
+        };
+        for m in mounts.flatten() {
+            let path = m.path();
+            for _ in 0..MAX_STACK {
+                if !is_mount_root(&path).unwrap_or(false) {
+                    break;
+                }
+                detach(&path);
+            }
+        }
+    }
+}
+
+/// The real path of the directory open as `fd`.
+pub fn real_path(fd: &OwnedFd) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +520,14 @@ mod tests {
         assert!(resolve_in_home(&home, &rel("esc")).is_err());
         assert!(resolve_in_home(&home, &rel("new/dir")).is_ok());
         assert!(home.join("new/dir").is_dir());
+    }
+
+    #[test]
+    fn a_descriptor_names_its_real_path_for_the_containment_check() {
+        let t = tempfile::tempdir().unwrap();
+        let fd = open_dir(t.path()).unwrap();
+        assert_eq!(real_path(&fd).unwrap(), t.path().canonicalize().unwrap());
+        assert!(!fd_is_mount_root(&fd).unwrap());
     }
 
     #[test]

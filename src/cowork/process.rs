@@ -14,24 +14,43 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use boxdesk_channel::{Exec, Frame, SecretBytes};
+use std::time::Duration;
+
+use boxdesk_channel::{AgchCodec, Exec, Frame, SecretBytes};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::events::Events;
 use super::sandbox::Sandbox;
 use super::utf8::Utf8Stream;
 use super::wire;
 
-/// What the client asks of a running process.
+/// Stdin chunks queued for one process before `writeStdin` is refused.
+const STDIN_QUEUE: usize = 64;
+/// Largest Stdin frame sent (a frame's payload is at most 1 MiB).
+pub const STDIN_CHUNK: usize = 256 * 1024;
+/// How long a signal may wait behind stdin the process does not read;
+/// then the channel is closed, and the agent kills the process group.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Ended processes remembered per profile (for `isProcessRunning`).
+const KEEP_ENDED: usize = 4096;
+
+/// A running process's command channels.
+#[derive(Debug, Clone)]
+struct Channels {
+    stdin: mpsc::Sender<SecretBytes>,
+    signals: mpsc::Sender<i32>,
+}
+
+/// The receiving ends, for the process task.
 #[derive(Debug)]
-pub enum Command {
-    /// Bytes for its stdin.
-    Stdin(SecretBytes),
-    /// A signal for its process group.
-    Signal(i32),
+pub struct Inbox {
+    stdin: mpsc::Receiver<SecretBytes>,
+    signals: mpsc::Receiver<i32>,
 }
 
 /// How a process ended.
@@ -54,7 +73,7 @@ impl Ended {
 
 #[derive(Debug)]
 enum State {
-    Running(mpsc::Sender<Command>),
+    Running(Channels),
     Exited(Ended),
 }
 
@@ -85,6 +104,9 @@ pub enum ProcError {
     /// A spawn reused the id of a running process.
     #[error("process id {0} is already running")]
     Running(String),
+    /// Its stdin queue is full: it is not reading.
+    #[error("process {0} is not reading its stdin fast enough; try again later")]
+    Backlog(String),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -110,7 +132,7 @@ impl Procs {
         id: &str,
         name: &str,
         one_shot: bool,
-    ) -> Result<(u64, mpsc::Receiver<Command>), ProcError> {
+    ) -> Result<(u64, Inbox), ProcError> {
         let mut map = lock(&self.map);
         if matches!(
             map.get(id),
@@ -121,18 +143,26 @@ impl Procs {
         ) {
             return Err(ProcError::Running(id.into()));
         }
+        if map.len() >= KEEP_ENDED {
+            forget_oldest_ended(&mut map);
+        }
         let generation = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(64);
+        let (stdin, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+        let (signals, signals_rx) = mpsc::channel(8);
         map.insert(
             id.into(),
             Entry {
                 generation,
                 name: name.into(),
                 one_shot,
-                state: State::Running(tx),
+                state: State::Running(Channels { stdin, signals }),
             },
         );
-        Ok((generation, rx))
+        let inbox = Inbox {
+            stdin: stdin_rx,
+            signals: signals_rx,
+        };
+        Ok((generation, inbox))
     }
 
     /// Records the end of generation `generation` of `id`; a newer process
@@ -177,28 +207,55 @@ impl Procs {
             .any(|e| e.name == name && matches!(e.state, State::Running(_)))
     }
 
-    /// Sends `cmd` to running process `id`.
-    pub async fn send(&self, id: &str, cmd: Command) -> Result<(), ProcError> {
-        let tx = match lock(&self.map).get(id) {
-            None => return Err(ProcError::Unknown(id.into())),
+    fn channels(&self, id: &str) -> Result<Channels, ProcError> {
+        match lock(&self.map).get(id) {
+            None => Err(ProcError::Unknown(id.into())),
             Some(Entry {
-                state: State::Running(tx),
+                state: State::Running(c),
                 ..
-            }) => tx.clone(),
+            }) => Ok(c.clone()),
             Some(Entry {
                 state: State::Exited(_),
                 ..
-            }) => return Err(ProcError::Exited(id.into())),
-        };
-        // The task drops its receiver only after recording the exit.
-        tx.send(cmd).await.map_err(|_| ProcError::Exited(id.into()))
+            }) => Err(ProcError::Exited(id.into())),
+        }
+    }
+
+    /// Queues `data` for the stdin of running process `id`, in chunks a
+    /// frame can carry; refused, not waited for, when its queue is full.
+    pub fn write_stdin(&self, id: &str, data: &[u8]) -> Result<(), ProcError> {
+        let c = self.channels(id)?;
+        let chunks = data.chunks(STDIN_CHUNK);
+        if c.stdin.capacity() < chunks.len() {
+            return Err(ProcError::Backlog(id.into()));
+        }
+        for chunk in chunks {
+            c.stdin
+                .try_send(SecretBytes::copy_from(chunk))
+                .map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => ProcError::Backlog(id.into()),
+                    mpsc::error::TrySendError::Closed(_) => ProcError::Exited(id.into()),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Sends signal `sig` to running process `id`; it overtakes queued
+    /// stdin.
+    pub fn signal(&self, id: &str, sig: i32) -> Result<(), ProcError> {
+        let c = self.channels(id)?;
+        match c.signals.try_send(sig) {
+            // Eight signals are already on their way: one more adds nothing.
+            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(ProcError::Exited(id.into())),
+        }
     }
 
     /// Signals every running process (stopVM, shutdown).
     pub fn signal_all(&self, sig: i32) {
         for e in lock(&self.map).values() {
-            if let State::Running(tx) = &e.state {
-                let _ = tx.try_send(Command::Signal(sig));
+            if let State::Running(c) = &e.state {
+                let _ = c.signals.try_send(sig);
             }
         }
     }
@@ -209,6 +266,19 @@ impl Procs {
             .values()
             .filter(|e| matches!(e.state, State::Running(_)))
             .count()
+    }
+}
+
+/// Drops the oldest ended entries so the table stays bounded.
+fn forget_oldest_ended(map: &mut HashMap<String, Entry>) {
+    let mut ended: Vec<(u64, String)> = map
+        .iter()
+        .filter(|(_, e)| matches!(e.state, State::Exited(_)))
+        .map(|(k, e)| (e.generation, k.clone()))
+        .collect();
+    ended.sort_unstable();
+    for (_, k) in ended.iter().take(KEEP_ENDED / 4) {
+        map.remove(k);
     }
 }
 
@@ -377,25 +447,17 @@ enum Outcome {
 }
 
 /// Runs one process to its end, emitting its events.
-pub async fn run(r: Run, mut commands: mpsc::Receiver<Command>) {
+pub async fn run(r: Run, inbox: Inbox) {
     let outcome = match r.sandbox.session().await {
-        Ok(session) => {
-            let (mut sink, mut stream) = session.split();
+        Ok(stream) => {
+            let (rd, wr) = stream.into_split();
+            let mut sink = FramedWrite::new(wr, AgchCodec);
+            let mut frames = FramedRead::new(rd, AgchCodec);
             match sink.send(Frame::Exec(r.exec)).await {
                 Err(e) => Outcome::Lost(e.to_string()),
                 Ok(()) => {
-                    let writer = tokio::spawn(async move {
-                        while let Some(cmd) = commands.recv().await {
-                            let frame = match cmd {
-                                Command::Stdin(data) => Frame::Stdin(data),
-                                Command::Signal(s) => Frame::Signal(s),
-                            };
-                            if sink.send(frame).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                    let outcome = pump(&r.events, &r.id, &mut stream).await;
+                    let writer = tokio::spawn(write_commands(sink, inbox, r.key.clone()));
+                    let outcome = pump(&r.events, &r.id, &mut frames).await;
                     writer.abort();
                     outcome
                 }
@@ -430,6 +492,55 @@ pub async fn run(r: Run, mut commands: mpsc::Receiver<Command>) {
     })));
 }
 
+/// Sends the client's stdin and signals to the agent. A signal overtakes
+/// queued stdin; one stuck behind stdin the process does not read waits
+/// [`KILL_GRACE`], then the channel is closed, which makes the agent kill
+/// the whole process group (the exit then says SIGKILL).
+async fn write_commands(
+    mut sink: FramedWrite<OwnedWriteHalf, AgchCodec>,
+    mut inbox: Inbox,
+    key: String,
+) {
+    loop {
+        let frame = tokio::select! {
+            biased;
+            Some(sig) = inbox.signals.recv() => Frame::Signal(sig),
+            Some(data) = inbox.stdin.recv() => Frame::Stdin(data),
+            else => return,
+        };
+        let is_stdin = matches!(frame, Frame::Stdin(_));
+        let overtaking = {
+            let send = sink.send(frame);
+            tokio::pin!(send);
+            if !is_stdin {
+                if send.await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                biased;
+                r = &mut send => match r {
+                    Ok(()) => None,
+                    Err(_) => return,
+                },
+                Some(sig) = inbox.signals.recv() => match tokio::time::timeout(KILL_GRACE, &mut send).await {
+                    Ok(Ok(())) => Some(sig),
+                    _ => {
+                        tracing::warn!("process {key}: a signal waited {KILL_GRACE:?} behind unread stdin; closing its channel, which kills it");
+                        return;
+                    }
+                },
+            }
+        };
+        if let Some(sig) = overtaking {
+            if sink.send(Frame::Signal(sig)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 async fn pump<S>(events: &Events, id: &Value, stream: &mut S) -> Outcome
 where
     S: futures_util::Stream<Item = Result<Frame, boxdesk_channel::ChannelError>> + Unpin,
@@ -442,7 +553,9 @@ where
         let (kind, dec, data) = match stream.next().await {
             Some(Ok(Frame::Stdout(d))) => ("stdout", &mut out, d),
             Some(Ok(Frame::Stderr(d))) => ("stderr", &mut err, d),
-            Some(Ok(Frame::Exit(c))) if c < 0 => break Outcome::Ended(Ended::Signal(-c)),
+            Some(Ok(Frame::Exit(c))) if c < 0 => {
+                break Outcome::Ended(Ended::Signal(c.checked_neg().unwrap_or(i32::MAX)))
+            }
             Some(Ok(Frame::Exit(c))) => break Outcome::Ended(Ended::Code(c)),
             Some(Ok(Frame::TimedOut)) => break Outcome::Ended(Ended::Signal(libc::SIGKILL)),
             Some(Ok(Frame::Error(msg))) => {
@@ -495,17 +608,48 @@ mod tests {
     #[test]
     fn an_old_generations_exit_never_touches_a_reused_id() {
         let p = Procs::default();
-        let (g1, _rx1) = p.register("a", "s", false).unwrap();
+        let (g1, _in1) = p.register("a", "s", false).unwrap();
         assert_eq!(
             p.register("a", "s", false).unwrap_err(),
             ProcError::Running("a".into())
         );
         p.finish("a", g1, Ended::Code(0));
-        let (g2, _rx2) = p.register("a", "s", false).unwrap();
+        let (g2, _in2) = p.register("a", "s", false).unwrap();
         p.finish("a", g1, Ended::Code(1));
         assert_eq!(p.status("a"), Status::Running);
         p.finish("a", g2, Ended::Signal(15));
         assert_eq!(p.status("a"), Status::Exited(Ended::Signal(15)));
+    }
+
+    #[test]
+    fn stdin_beyond_the_queue_is_refused_not_waited_for() {
+        let p = Procs::default();
+        let (_g, _inbox) = p.register("s", "s", false).unwrap();
+        let big = vec![b'x'; STDIN_CHUNK * (STDIN_QUEUE + 1)];
+        assert_eq!(
+            p.write_stdin("s", &big),
+            Err(ProcError::Backlog("s".into()))
+        );
+        p.write_stdin("s", &big[..STDIN_CHUNK * 2]).unwrap();
+        assert_eq!(p.signal("s", 15), Ok(()));
+        assert_eq!(
+            p.write_stdin("nope", b"x"),
+            Err(ProcError::Unknown("nope".into()))
+        );
+    }
+
+    #[test]
+    fn the_table_of_ended_processes_stays_bounded() {
+        let p = Procs::default();
+        for i in 0..KEEP_ENDED + 10 {
+            let (g, _inbox) = p.register(&i.to_string(), "s", false).unwrap();
+            p.finish(&i.to_string(), g, Ended::Code(0));
+        }
+        assert!(lock(&p.map).len() <= KEEP_ENDED);
+        assert_eq!(
+            p.status(&(KEEP_ENDED + 9).to_string()),
+            Status::Exited(Ended::Code(0))
+        );
     }
 
     #[test]

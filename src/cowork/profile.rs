@@ -106,6 +106,8 @@ pub struct Profile {
     filtered: tokio::sync::Mutex<HashMap<String, Arc<Sandbox>>>,
     connected: AtomicBool,
     shared_ready: AtomicBool,
+    /// Numbers the private-network sandboxes' run dirs; never reused.
+    next_tag: std::sync::atomic::AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -113,15 +115,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Profile {
-    /// A profile whose files live under `root/<dir_name>`, for a user
-    /// whose home is `home`.
-    pub fn new(key: ProfileKey, root: &Path, home: &Path) -> Self {
+    /// A profile whose files live under `root/<dir_name>` and whose
+    /// sockets and staged mounts live under `runtime/<dir_name>`, for a
+    /// user whose home is `home`.
+    pub fn new(key: ProfileKey, root: &Path, runtime: &Path, home: &Path) -> Self {
         let dir = root.join(key.dir_name());
         let layout = Layout {
             sessions: dir.join("sessions"),
             home_mirror: dir.join("home"),
             home: home.to_owned(),
             state: dir.clone(),
+            runtime: runtime.join(key.dir_name()),
         };
         Profile {
             sessions: SessionsDir::new(layout.sessions.clone()),
@@ -136,6 +140,7 @@ impl Profile {
             filtered: tokio::sync::Mutex::default(),
             connected: AtomicBool::new(false),
             shared_ready: AtomicBool::new(false),
+            next_tag: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -182,7 +187,8 @@ impl Profile {
         self.step("prepare_session", "completed");
         self.step("start_vm", "running");
         self.step("wait_for_guest", "running");
-        match Sandbox::start(&self.layout, Net::Host, "host").await {
+        let staged = self.shared_ready.load(Ordering::SeqCst);
+        match Sandbox::start(&self.layout, Net::Host, "host", staged).await {
             Ok(sb) => {
                 self.step("start_vm", "completed");
                 self.step("wait_for_guest", "completed");
@@ -211,17 +217,25 @@ impl Profile {
         Ok(())
     }
 
-    /// Creates the profile's dirs and, once, makes its sessions dir and
-    /// home mirror shared mounts. Without mount support the sandboxes
-    /// still run; spawns that need mounts report them as failed.
+    /// Creates the profile's dirs and, once, the shared staged views of
+    /// its sessions dir and home mirror. Without mount support the
+    /// sandboxes still run (on the plain dirs); spawns that need mounts
+    /// report them as failed.
     fn prepare(&self) -> Result<(), String> {
-        for d in [&self.layout.sessions, &self.layout.home_mirror] {
+        let l = &self.layout;
+        for d in [
+            &l.sessions,
+            &l.home_mirror,
+            &l.runtime,
+            &l.staged_sessions(),
+            &l.staged_home(),
+        ] {
             std::fs::create_dir_all(d)
                 .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         if !self.shared_ready.load(Ordering::SeqCst) {
-            let shared = mounts::make_shared(&self.layout.sessions)
-                .and_then(|()| mounts::make_shared(&self.layout.home_mirror));
+            let shared = mounts::make_shared(&l.sessions, &l.staged_sessions())
+                .and_then(|()| mounts::make_shared(&l.home_mirror, &l.staged_home()));
             match shared {
                 Ok(()) => self.shared_ready.store(true, Ordering::SeqCst),
                 Err(e) => {
@@ -268,11 +282,16 @@ impl Profile {
         };
         let key = allow.key();
         let mut filtered = self.filtered.lock().await;
-        if let Some(sb) = filtered.get(&key).filter(|s| s.alive()) {
+        filtered.retain(|_, s| s.alive());
+        if let Some(sb) = filtered.get(&key) {
             return Ok(sb.clone());
         }
-        let tag = format!("net{}", filtered.len());
-        let sb = Sandbox::start(&self.layout, Net::Filtered(Arc::new(allow)), &tag)
+        // A stopVM may have run while this waited for the lock.
+        self.host()
+            .ok_or("the VM is not running: call startVM first")?;
+        let tag = format!("net{}", self.next_tag.fetch_add(1, Ordering::Relaxed));
+        let staged = self.shared_ready.load(Ordering::SeqCst);
+        let sb = Sandbox::start(&self.layout, Net::Filtered(Arc::new(allow)), &tag, staged)
             .await
             .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;
         filtered.insert(key, sb.clone());
@@ -280,7 +299,8 @@ impl Profile {
     }
 
     /// `stopVM` (and shutdown): kills every process, waits briefly for
-    /// their exit events, ends the sandboxes and detaches mounts.
+    /// their exit events, ends the sandboxes and takes the sessions'
+    /// mounts off (the SDK stays installed).
     pub async fn stop(&self) {
         let _life = self.lifecycle.lock().await;
         let was = lock(&self.host).is_some();
@@ -299,6 +319,8 @@ impl Profile {
         for sb in all {
             sb.stop().await;
         }
+        let staged = self.layout.staged_sessions();
+        let _ = tokio::task::spawn_blocking(move || mounts::detach_all(&staged, None)).await;
         self.connected.store(false, Ordering::SeqCst);
         if was {
             self.emit(json!({"type": "networkStatus", "status": "disconnected"}));

@@ -85,14 +85,29 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> SandboxError {
 /// Where a profile's sandboxes live on the host.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    /// The sessions dir, bound at `/sessions`.
+    /// The sessions dir (data; never carries a mount itself).
     pub sessions: PathBuf,
-    /// The home mirror, bound at `home`.
+    /// The home mirror (data; never carries a mount itself).
     pub home_mirror: PathBuf,
     /// The user's home path (the same path inside).
     pub home: PathBuf,
-    /// Run dirs and logs.
+    /// Logs.
     pub state: PathBuf,
+    /// Under the runtime dir: the agents' run dirs and the staged (shared)
+    /// views of `sessions` and `home_mirror` that mounts are attached to.
+    pub runtime: PathBuf,
+}
+
+impl Layout {
+    /// The shared mount showing `sessions`, bound at `/sessions`.
+    pub fn staged_sessions(&self) -> PathBuf {
+        self.runtime.join("sessions")
+    }
+
+    /// The shared mount showing `home_mirror`, bound at the home path.
+    pub fn staged_home(&self) -> PathBuf {
+        self.runtime.join("home")
+    }
 }
 
 /// The network a sandbox gets.
@@ -117,16 +132,20 @@ pub struct Sandbox {
     filtered: bool,
 }
 
-/// A channel session with the agent, after the handshake.
-pub type AgentSession = Framed<UnixStream, AgchCodec>;
-
 impl Sandbox {
     /// Starts a sandbox over `layout` with network `net`; `tag` names its
-    /// run dir and log. Returns once its agent answered a handshake.
-    pub async fn start(layout: &Layout, net: Net, tag: &str) -> Result<Arc<Sandbox>, SandboxError> {
-        let run_dir = layout.state.join(format!("run-{tag}"));
+    /// run dir and log; `staged` binds the shared views (so later mounts
+    /// reach it) rather than the plain dirs. Returns once its agent
+    /// answered a handshake.
+    pub async fn start(
+        layout: &Layout,
+        net: Net,
+        tag: &str,
+        staged: bool,
+    ) -> Result<Arc<Sandbox>, SandboxError> {
+        let run_dir = layout.runtime.join(format!("run-{tag}"));
         let log = layout.state.join(format!("sandbox-{tag}.log"));
-        let spec = spec(layout, &net, &run_dir)?;
+        let spec = spec(layout, &net, &run_dir, staged)?;
         let agent_sock = run_dir.join("agent.sock");
         let _ = std::fs::remove_file(&agent_sock);
         let agent = AgentAddr::new(&agent_sock).map_err(os("opening the run dir"))?;
@@ -151,11 +170,7 @@ impl Sandbox {
             }
         };
         if let Net::Filtered(allow) = net {
-            let agent_pid = first
-                .peer_cred()
-                .ok()
-                .and_then(|c| c.pid())
-                .ok_or_else(|| os("finding the agent")(io::ErrorKind::NotFound.into()))?;
+            let agent_pid = first.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
             match listen_in_netns(agent_pid as u32) {
                 Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
                 Err(e) => {
@@ -200,20 +215,20 @@ impl Sandbox {
         env
     }
 
-    /// A fresh channel session with the agent (pre-connected when one is
-    /// ready), and a refill of the pool in the background.
-    pub async fn session(self: &Arc<Self>) -> Result<AgentSession, SandboxError> {
+    /// A fresh channel session with the agent, after the handshake
+    /// (pre-connected when one is ready), and a refill of the pool in the
+    /// background.
+    pub async fn session(self: &Arc<Self>) -> Result<UnixStream, SandboxError> {
         if !self.alive() {
             return Err(SandboxError::Gone);
         }
         let pooled = lock(&self.pool).pop();
         let me = self.clone();
         tokio::spawn(async move { me.refill().await });
-        let stream = match pooled {
-            Some(s) => s,
-            None => self.connect().await?,
-        };
-        Ok(Framed::new(stream, AgchCodec))
+        match pooled {
+            Some(s) => Ok(s),
+            None => self.connect().await,
+        }
     }
 
     async fn refill(&self) {
@@ -306,7 +321,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn spec(layout: &Layout, net: &Net, run_dir: &Path) -> Result<Spec, SandboxError> {
+fn spec(layout: &Layout, net: &Net, run_dir: &Path, staged: bool) -> Result<Spec, SandboxError> {
     let mk = |p: &Path| {
         std::fs::create_dir_all(p).map_err(|source| NamespaceError::State {
             path: p.to_owned(),
@@ -330,11 +345,19 @@ fn spec(layout: &Layout, net: &Net, run_dir: &Path) -> Result<Spec, SandboxError
         host,
         binds: vec![
             Bind::Rw {
-                host: layout.sessions.clone(),
+                host: if staged {
+                    layout.staged_sessions()
+                } else {
+                    layout.sessions.clone()
+                },
                 inside: "/sessions".into(),
             },
             Bind::Rw {
-                host: layout.home_mirror.clone(),
+                host: if staged {
+                    layout.staged_home()
+                } else {
+                    layout.home_mirror.clone()
+                },
                 inside: layout.home.clone(),
             },
         ],
@@ -388,6 +411,11 @@ async fn keeper(
 /// `pid`, made on a short-lived thread that enters that namespace (a
 /// socket stays in the namespace it was made in).
 fn listen_in_netns(pid: u32) -> Result<tokio::net::TcpListener, SandboxError> {
+    if pid == 0 {
+        return Err(os("finding the agent's pid")(
+            io::ErrorKind::NotFound.into(),
+        ));
+    }
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
         .map_err(os("opening the sandbox's network namespace"))?;
     let listener = std::thread::spawn(move || -> io::Result<std::net::TcpListener> {

@@ -32,6 +32,7 @@ pub struct Server {
     uid: u32,
     home: PathBuf,
     data_root: PathBuf,
+    runtime_root: PathBuf,
     profiles: Mutex<HashMap<ProfileKey, Arc<Profile>>>,
     last: Mutex<Option<ProfileKey>>,
     debug: DebugSwitch,
@@ -42,13 +43,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Server {
-    /// A server for user `uid` with home `home`, keeping profiles under
-    /// `data_root`.
-    pub fn new(uid: u32, home: PathBuf, data_root: PathBuf, debug: DebugSwitch) -> Self {
+    /// A server for user `uid` with home `home`, keeping profiles' data
+    /// under `data_root` and their sockets and staged mounts under
+    /// `runtime_root`.
+    pub fn new(
+        uid: u32,
+        home: PathBuf,
+        data_root: PathBuf,
+        runtime_root: PathBuf,
+        debug: DebugSwitch,
+    ) -> Self {
         Server {
             uid,
             home,
             data_root,
+            runtime_root,
             profiles: Mutex::default(),
             last: Mutex::default(),
             debug,
@@ -60,6 +69,16 @@ impl Server {
         &self.home
     }
 
+    /// Where profiles keep their data.
+    pub fn data_root(&self) -> &Path {
+        &self.data_root
+    }
+
+    /// Where profiles keep sockets and staged mounts.
+    pub fn runtime_root(&self) -> &Path {
+        &self.runtime_root
+    }
+
     /// Turns debug logging on or off.
     pub fn set_debug(&self, on: bool) {
         (self.debug)(on);
@@ -69,7 +88,14 @@ impl Server {
     pub fn profile(&self, key: ProfileKey) -> Arc<Profile> {
         lock(&self.profiles)
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(Profile::new(key, &self.data_root, &self.home)))
+            .or_insert_with(|| {
+                Arc::new(Profile::new(
+                    key,
+                    &self.data_root,
+                    &self.runtime_root,
+                    &self.home,
+                ))
+            })
             .clone()
     }
 
@@ -122,7 +148,17 @@ enum Out {
 }
 
 fn reply_frame(id: Option<&Value>, outcome: methods::Outcome) -> Bytes {
-    let body = wire::reply(id, outcome);
+    let mut body = wire::reply(id, outcome);
+    if body.len() > wire::MAX_BODY {
+        // The client drops a connection whose frame is over its cap.
+        body = wire::reply(
+            id,
+            Err(format!(
+                "the reply would be {} bytes, over the 10 MiB frame limit",
+                body.len()
+            )),
+        );
+    }
     let mut f = Vec::with_capacity(body.len() + 4);
     f.extend_from_slice(&(body.len() as u32).to_be_bytes());
     f.extend_from_slice(&body);
@@ -235,11 +271,9 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
         }
     }
     drop(tx);
-    if subscribed {
-        writer.abort();
-    } else {
-        let _ = writer.await;
-    }
+    // A subscriber that half-closed still gets its events; the writer ends
+    // when a write fails or a newer subscriber replaces it.
+    let _ = writer.await;
 }
 
 async fn respond(server: &Arc<Server>, p: &Arc<Profile>, req: Request, tx: &mpsc::Sender<Out>) {

@@ -29,10 +29,17 @@ pub struct Cowork {
 impl Cowork {
     /// Starts a server on `<runtime>/cw.sock` and waits for the socket.
     pub fn start() -> Cowork {
+        Self::start_with_data(None)
+    }
+
+    /// [`Cowork::start`] with `XDG_DATA_HOME` at `data(env)` (default: a
+    /// dir beside `HOME`).
+    pub fn start_with_data(data: Option<fn(&TestEnv) -> PathBuf>) -> Cowork {
         let env = TestEnv::new();
         let sock = env.xdg_runtime.join("cw.sock");
         let log = env.root().join("cowork.log");
-        let child = spawn_server(&env, &sock, &log);
+        let data = data.map_or_else(|| env.root().join("data"), |f| f(&env));
+        let child = spawn_server_with(&env, &sock, &log, &data);
         let deadline = Instant::now() + WAIT;
         while UnixStream::connect(&sock).is_err() {
             assert!(
@@ -127,13 +134,23 @@ impl Cowork {
 
 /// Starts `boxdesk cowork -socket SOCK` in `env`, stderr to `log`.
 pub fn spawn_server(env: &TestEnv, sock: &Path, log: &Path) -> std::process::Child {
+    spawn_server_with(env, sock, log, &env.root().join("data"))
+}
+
+/// [`spawn_server`] with `XDG_DATA_HOME` at `data`.
+pub fn spawn_server_with(
+    env: &TestEnv,
+    sock: &Path,
+    log: &Path,
+    data: &Path,
+) -> std::process::Child {
     let logf = std::fs::File::create(log).unwrap();
     Command::new(bin())
         .args(["cowork", "-socket"])
         .arg(sock)
         .env("XDG_RUNTIME_DIR", &env.xdg_runtime)
         .env("XDG_STATE_HOME", &env.xdg_state)
-        .env("XDG_DATA_HOME", env.root().join("data"))
+        .env("XDG_DATA_HOME", data)
         .env("HOME", &env.home)
         .env_remove("BOXDESK_BACKEND")
         .env_remove("RUST_LOG")

@@ -725,3 +725,176 @@ fn sigterm_stops_sandboxes_kills_processes_removes_the_socket_and_exits_zero() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_peer_of_another_uid_gets_no_answer() {
+    if crate::support::skip_unless_root("connecting as uid 65534 needs setuid") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let c = Cowork::start();
+    // Loosen the path so uid 65534 can reach the socket at all: what must
+    // refuse it then is the server's SO_PEERCRED check.
+    let chmod = |p: &std::path::Path, m| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    chmod(&c.sock, 0o666);
+    let mut p = c.sock.clone();
+    while p.pop() && p.starts_with(c.env.root()) {
+        chmod(&p, 0o711);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cowork::foreign_peer_probe_does_nothing_unless_spawned_by_its_test",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("BOXDESK_TEST_COWORK_SOCK", &c.sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("REPLY<>"),
+        "a foreign peer got an answer or the probe did not run: {text}"
+    );
+    assert!(
+        c.log().contains("refused a connection from uid 65534"),
+        "{}",
+        c.log()
+    );
+    assert_eq!(c.one_shot("isRunning", json!({}))["success"], true);
+}
+
+/// Run by [`a_peer_of_another_uid_gets_no_answer`] as uid 65534; does
+/// nothing otherwise.
+#[test]
+fn foreign_peer_probe_does_nothing_unless_spawned_by_its_test() {
+    let Some(sock) = std::env::var_os("BOXDESK_TEST_COWORK_SOCK") else {
+        return;
+    };
+    let mut s = UnixStream::connect(sock).expect("connect as another uid");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = br#"{"method":"isRunning"}"#;
+    let _ = s.write_all(&(body.len() as u32).to_be_bytes());
+    let _ = s.write_all(body);
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    println!("REPLY<{}>", String::from_utf8_lossy(&reply));
+}
+
+#[test]
+fn sigint_shuts_down_like_sigterm() {
+    let mut c = Cowork::start();
+    let _p = c.boot("int");
+    // SAFETY: kill takes plain integers; the server is our child.
+    unsafe { libc::kill(c.child.0.id() as i32, libc::SIGINT) };
+    let status = crate::support::wait_exit(&mut c.child.0);
+    assert_eq!(status.code(), Some(0), "{}", c.log());
+    assert!(!c.sock.exists());
+}
+
+fn mount_count(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .map(|m| m.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn mounting_the_whole_home_again_and_again_replaces_the_mount_instead_of_stacking_it() {
+    let c = Cowork::start();
+    let mut p = c.boot("home");
+    let mut ev = c.events("home");
+    std::fs::write(c.env.home.join("marker"), "home here").unwrap();
+    let rel = c
+        .env
+        .home
+        .strip_prefix("/")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut counts = Vec::new();
+    for i in 0..4 {
+        let id = format!("h{i}");
+        let r = p.call("spawn", json!({"id": id, "name": "s", "command": "cat", "args": ["/sessions/s/mnt/h/marker"], "additionalMounts": {"h": {"path": rel, "mode": "ro"}}}));
+        assert_eq!(r["result"], json!({}), "{r}\n{}", c.log());
+        assert_eq!(ev.exit_of(&id)["exitCode"], 0, "{:?}", ev.seen);
+        assert_eq!(ev.text("stdout", &id), "home here");
+        counts.push(mount_count(c.child.0.id()));
+    }
+    assert!(
+        counts.windows(2).all(|w| w[1] <= w[0]),
+        "mounts pile up: {counts:?}"
+    );
+}
+
+#[test]
+fn a_folder_holding_boxdesks_own_data_is_refused_as_a_mount() {
+    // As on a real desktop: the data dir is ~/.local/share.
+    let c = Cowork::start_with_data(Some(|env| env.home.join(".local/share")));
+    let mut p = c.boot("own");
+    let mut ev = c.events("own");
+    let home = c
+        .env
+        .home
+        .strip_prefix("/")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    std::fs::create_dir_all(c.env.home.join("proj")).unwrap();
+    let r = p.call(
+        "spawn",
+        json!({"id": "o", "name": "s", "command": "ls", "args": ["/sessions/s/mnt"],
+               "additionalMounts": {"all": {"path": home, "mode": "rw"}, "proj": {"path": format!("{home}/proj"), "mode": "rw"}}}),
+    );
+    assert_eq!(r["result"], json!({"failedMounts": ["all"]}), "{r}");
+    assert!(c.log().contains("boxdesk's own"), "{}", c.log());
+    assert_eq!(ev.exit_of("o")["exitCode"], 0);
+    // The failed mount is not the working dir; the other one is there.
+    assert!(ev.text("stdout", "o").contains("proj"), "{:?}", ev.seen);
+}
+
+#[test]
+fn kill_reaches_a_process_buried_under_stdin_it_never_reads() {
+    let c = Cowork::start();
+    let mut p = c.boot("buried");
+    let mut ev = c.events("buried");
+    p.call(
+        "spawn",
+        json!({"id": "s", "name": "s", "command": "sleep", "args": ["1000"]}),
+    );
+    let chunk = "x".repeat(1 << 20);
+    let mut refused = false;
+    for _ in 0..40 {
+        let r = p.call("writeStdin", json!({"id": "s", "data": chunk}));
+        if r["success"] == false {
+            assert!(r["error"].as_str().unwrap().contains("stdin"), "{r}");
+            refused = true;
+            break;
+        }
+    }
+    assert!(
+        refused,
+        "an unread stdin is refused once its queue is full, not buffered without end"
+    );
+    let t = Instant::now();
+    assert_eq!(
+        p.call("kill", json!({"id": "s", "signal": "SIGTERM"}))["success"],
+        true
+    );
+    let exit = ev.exit_of("s");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "kill took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        exit["signal"] == "SIGTERM" || exit["signal"] == "SIGKILL",
+        "{exit}"
+    );
+    assert_eq!(p.call("isRunning", json!({}))["result"]["running"], true);
+}
