@@ -7,7 +7,10 @@
 # 3. boxdesk-channel's and boxdesk-hv's tests (the hv conformance suite on
 #    real KVM: kvm-amd and KVM arm64) built static and run inside L1;
 #    every `test result:` line must say ok.
-# 4. The boot benchmark (printed, not asserted).
+# 4. boxdesk's VM tests (tests/vm: full boots of our VMM with the image of
+#    images/build.sh) built static and run inside the x86_64 L1; none may
+#    skip there.
+# 5. The boot benchmark (printed, not asserted).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -41,6 +44,23 @@ for crate in boxdesk-channel boxdesk-hv; do
     fi
   done
 done
+
+step "boxdesk's VM tests inside L1 (x86_64): our VMM boots our image on real KVM"
+if [ -f target/images/x86_64/initramfs.cpio.gz ]; then
+  log=$(mktemp)
+  rc=0
+  bash tests/nested/cargo-test.sh x86_64 --timeout 1500 -p boxdesk --test tests -- vm:: --nocapture 2>&1 | tee "$log" || rc=$?
+  oks=$(grep -c '^test result: ok\. ' "$log" || true)
+  skips=$(grep '^skipped: ' "$log" | grep -vc 'this KVM can boot VMs' || true)
+  rm -f "$log"
+  if [ "$rc" != 0 ] || [ "$oks" = 0 ] || [ "$skips" != 0 ]; then
+    echo "nested: boxdesk VM tests in L1: exit $rc, ok lines $oks, unexpected skips $skips" >&2
+    exit 1
+  fi
+else
+  echo "nested: no x86_64 image (bash images/build.sh x86_64 runs before this in scripts/test.sh)" >&2
+  exit 1
+fi
 
 step "benchmark: host wall time from qemu start to CMD running in L1"
 bash tests/nested/bench.sh 1

@@ -39,6 +39,10 @@ bash images/build-agent.sh x86_64
 bash images/build-agent.sh aarch64
 bash scripts/agent-smoke.sh
 
+step "x86_64 guest image (kernel + initramfs) and its check under qemu TCG"
+bash images/build.sh x86_64
+bash images/check-qemu.sh x86_64
+
 step "nested KVM harness: real KVM for x86_64 and aarch64 under qemu TCG"
 bash scripts/test-nested.sh
 

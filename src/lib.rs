@@ -9,3 +9,4 @@
 pub mod control;
 pub mod cowork;
 pub mod sandbox;
+pub mod vmm;

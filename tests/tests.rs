@@ -16,3 +16,4 @@ mod cowork;
 mod namespace;
 mod nested;
 mod support;
+mod vm;

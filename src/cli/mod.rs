@@ -128,6 +128,18 @@ struct RunArgs {
     /// Leave the sandbox running in the background and print its name.
     #[arg(long, short = 'd', conflicts_with = "command")]
     detach: bool,
+    /// kvm: the guest kernel (vmlinux or bzImage) [default: the installed image].
+    #[arg(long, value_name = "FILE")]
+    kernel: Option<PathBuf>,
+    /// kvm: the initramfs [default: the installed image].
+    #[arg(long, value_name = "FILE")]
+    initrd: Option<PathBuf>,
+    /// kvm: attach IMG (ext4 or squashfs) as the guest's root file system, read-only.
+    #[arg(long, value_name = "IMG")]
+    rootfs: Option<PathBuf>,
+    /// kvm: make --rootfs writable.
+    #[arg(long, requires = "rootfs")]
+    rootfs_rw: bool,
     #[command(flatten)]
     exec: ExecOpts,
     /// The command and its arguments (after `--`).
@@ -171,6 +183,14 @@ struct VmmArgs {
     net: bool,
     #[arg(long)]
     keep: bool,
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    #[arg(long)]
+    rootfs: Option<PathBuf>,
+    #[arg(long)]
+    rootfs_rw: bool,
     /// A descriptor to write one byte to once ready.
     #[arg(long)]
     ready_fd: Option<i32>,
@@ -207,6 +227,12 @@ pub fn main() -> i32 {
             net: a.net,
             keep: a.keep,
             detach: a.detach,
+            vm: run::VmFlags {
+                kernel: a.kernel,
+                initrd: a.initrd,
+                rootfs: a.rootfs,
+                rootfs_rw: a.rootfs_rw,
+            },
             exec: a.exec,
             command: a.command,
         }),
@@ -259,7 +285,7 @@ fn init_logging(verbose: bool) {
 
 fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
     let backend: Backend = a.backend.parse()?;
-    backend.resolve()?;
+    let backend = backend.resolve()?;
     let foreground = a.foreground;
     let ready = match a.ready_fd {
         Some(fd) => Some(tty::adopt_fd(fd).context("--ready-fd")?),
@@ -272,6 +298,11 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
         net: a.net,
         keep: a.keep,
         ready,
+        vm: (backend == Backend::Kvm).then(|| helper::VmOptions {
+            kernel: a.kernel,
+            initrd: a.initrd,
+            rootfs: a.rootfs.map(|r| (r, a.rootfs_rw)),
+        }),
     };
     match helper::run(opts) {
         Ok(never) => match never {},

@@ -39,13 +39,31 @@ pub struct RunRequest {
     pub net: bool,
     pub keep: bool,
     pub detach: bool,
+    pub vm: VmFlags,
     pub exec: ExecOpts,
     pub command: Vec<OsString>,
+}
+
+/// The VM-only flags of `run`, passed on to the helper.
+#[derive(Debug, Clone, Default)]
+pub struct VmFlags {
+    pub kernel: Option<std::path::PathBuf>,
+    pub initrd: Option<std::path::PathBuf>,
+    pub rootfs: Option<std::path::PathBuf>,
+    pub rootfs_rw: bool,
 }
 
 /// `boxdesk run`.
 pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     let backend = super::chosen_backend(req.backend.as_deref())?;
+    if backend == boxdesk::sandbox::Backend::Kvm && req.net {
+        bail!("--net is not available with the kvm backend yet: VMs have no network device; use --backend namespace for a sandbox with the host's network");
+    }
+    if backend != boxdesk::sandbox::Backend::Kvm
+        && (req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some())
+    {
+        bail!("--kernel, --initrd and --rootfs need the kvm backend (this sandbox uses {backend})");
+    }
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
     let generated = req.name.is_none();
     let name = match req.name.clone() {
@@ -155,6 +173,21 @@ impl Helper {
         }
         if req.keep {
             cmd.arg("--keep");
+        }
+        for (flag, path) in [
+            ("--kernel", &req.vm.kernel),
+            ("--initrd", &req.vm.initrd),
+            ("--rootfs", &req.vm.rootfs),
+        ] {
+            if let Some(p) = path {
+                // Absolute: the helper runs with `/` as its cwd.
+                let p =
+                    std::path::absolute(p).with_context(|| format!("{flag} {}", p.display()))?;
+                cmd.arg(flag).arg(p);
+            }
+        }
+        if req.vm.rootfs_rw {
+            cmd.arg("--rootfs-rw");
         }
         let mut log_start = None;
         let write_raw = write.as_raw_fd();

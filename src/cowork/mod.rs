@@ -49,6 +49,9 @@ pub enum CoworkError {
     /// The backend cannot serve cowork.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The backend cannot share host folders, which cowork needs.
+    #[error("cowork runs on the namespace backend: the {0} backend cannot share host folders with a VM yet (no virtio-fs); unset BOXDESK_BACKEND or set it to namespace")]
+    NoSharedFolders(Backend),
     /// The socket path has no parent directory.
     #[error("{} has no parent directory", .0.display())]
     NoParent(PathBuf),
@@ -77,7 +80,10 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         Ok(w) if !w.is_empty() => w.parse::<Backend>()?,
         _ => Backend::Auto,
     };
-    backend.resolve()?;
+    if !matches!(backend, Backend::Auto | Backend::Namespace) {
+        // A VM cannot share host folders until boxdesk has virtio-fs.
+        return Err(CoworkError::NoSharedFolders(backend));
+    }
     if let Err(why) = mounts::enter_private_namespace() {
         tracing::warn!(
             "folders cannot be mounted into sandboxes: no private mount namespace: {why}"

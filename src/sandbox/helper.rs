@@ -55,6 +55,19 @@ pub struct HelperOptions {
     /// failed start; otherwise held open until the helper exits, so the
     /// starter sees end-of-file exactly when the helper is gone.
     pub ready: Option<OwnedFd>,
+    /// Boot a VM (the `kvm` backend) instead of a namespace sandbox.
+    pub vm: Option<VmOptions>,
+}
+
+/// What a VM sandbox boots.
+#[derive(Debug, Clone, Default)]
+pub struct VmOptions {
+    /// `--kernel`, else the image lookup of [`crate::vmm::image`].
+    pub kernel: Option<PathBuf>,
+    /// `--initrd`, else the image lookup.
+    pub initrd: Option<PathBuf>,
+    /// `--rootfs IMG` and whether it is writable (`--rootfs-rw`).
+    pub rootfs: Option<(PathBuf, bool)>,
 }
 
 /// Why the helper could not start or run its sandbox.
@@ -81,6 +94,22 @@ pub enum HelperError {
         /// How bwrap ended.
         status: std::process::ExitStatus,
         /// The log file.
+        log: PathBuf,
+        /// Its last lines.
+        tail: String,
+    },
+    /// No guest image could be found.
+    #[error(transparent)]
+    Image(#[from] crate::vmm::image::ImageError),
+    /// The VM could not be built or started.
+    #[error("cannot start the VM: {0}")]
+    Vmm(#[from] crate::vmm::VmmError),
+    /// The VM ended before its agent answered.
+    #[error("the VM ended ({end:?}) before its agent answered; console log {}:\n{tail}", log.display())]
+    VmDied {
+        /// How it ended.
+        end: crate::vmm::VmEnd,
+        /// The console log.
         log: PathBuf,
         /// Its last lines.
         tail: String,
@@ -133,6 +162,12 @@ struct Shared {
     state: StateDir,
     agent: Arc<AgentAddr>,
     lock: Mutex<Option<NameLock>>,
+    /// The VM, for the `kvm` backend (set once it is started).
+    vm: Mutex<Option<Arc<crate::vmm::RunningVm>>>,
+    /// Whether this sandbox is a VM.
+    is_vm: bool,
+    /// The rootfs image, for `info`.
+    rootfs: Option<PathBuf>,
 }
 
 impl Sandbox for Shared {
@@ -148,20 +183,39 @@ impl Sandbox for Shared {
             ("vcpus", self.cpus.to_string()),
             ("mem_mib", self.mem_mib.to_string()),
             ("net", if self.net { "host" } else { "none" }.to_owned()),
-            ("rootfs", "host".to_owned()),
-            ("channel", "unix".to_owned()),
+            (
+                "rootfs",
+                match (&self.rootfs, self.is_vm) {
+                    (Some(p), _) => p.display().to_string(),
+                    (None, true) => "initramfs".to_owned(),
+                    (None, false) => "host".to_owned(),
+                },
+            ),
+            (
+                "channel",
+                if self.is_vm { "vsock" } else { "unix" }.to_owned(),
+            ),
             ("name", self.name.clone()),
-            ("backend", "namespace".to_owned()),
-            ("isolation", "namespaces".to_owned()),
+            (
+                "backend",
+                if self.is_vm { "kvm" } else { "namespace" }.to_owned(),
+            ),
+            (
+                "isolation",
+                if self.is_vm { "vm" } else { "namespaces" }.to_owned(),
+            ),
             ("arch", std::env::consts::ARCH.to_owned()),
             ("state", phase.to_owned()),
             ("uptime_ms", self.started.elapsed().as_millis().to_string()),
+        ];
+        if !self.is_vm {
             // vcpus and mem_mib are what was asked for; namespaces do not
             // enforce them.
-            ("limits", "unenforced".to_owned()),
-        ];
+            v.push(("limits", "unenforced".to_owned()));
+        }
         match self.ready_ms.load(Ordering::Relaxed) {
             0 => {}
+            ms if self.is_vm => v.push(("boot_ms", ms.to_string())),
             ms => v.push(("ready_ms", ms.to_string())),
         }
         match self.sandbox_pid.load(Ordering::Relaxed) {
@@ -193,9 +247,12 @@ impl Shared {
         *lock(&self.phase) = Phase::Stopping;
         tracing::info!("stopping sandbox {}", self.name);
         let _ = std::fs::remove_file(&self.paths.sock);
-        let _ = std::fs::remove_file(&self.paths.agent);
-        if self.sandbox_pid.load(Ordering::SeqCst) != 0 {
-            let already = *lock(&self.exited);
+        if !self.is_vm {
+            // (A VM's vsock muxer serves it: it goes once the VM is down.)
+            let _ = std::fs::remove_file(&self.paths.agent);
+        }
+        if self.sandbox_pid.load(Ordering::SeqCst) != 0 || lock(&self.vm).is_some() {
+            let already = self.has_exited();
             let _conn = if already {
                 None
             } else {
@@ -213,6 +270,7 @@ impl Shared {
                 self.wait_exited(SHUTDOWN_GRACE);
             }
         }
+        let _ = std::fs::remove_file(&self.paths.agent);
         self.remove_state();
         std::process::exit(code)
     }
@@ -224,16 +282,34 @@ impl Shared {
     /// The connection is returned to be held open until the sandbox has
     /// exited: closing it at once would make the agent's own header write
     /// fail before it reads the Shutdown frame.
-    fn ask_agent_to_exit(&self) -> Option<std::os::unix::net::UnixStream> {
+    fn ask_agent_to_exit(&self) -> Option<Box<dyn std::any::Any>> {
+        if self.is_vm {
+            // Through the VM's vsock muxer: CONNECT, OK, handshake, then
+            // the Shutdown frame.
+            let mut s =
+                Session::connect_hybrid(&self.paths.agent, boxdesk_channel::AGENT_PORT).ok()?;
+            let _ = s.send(&Frame::Shutdown);
+            return Some(Box::new(s));
+        }
         let mut s = self.agent.connect().ok()?;
         let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
         if s.write_all(&boxdesk_channel::session_header()).is_ok() {
             let _ = FrameWriter::new(&mut s).write_frame(&Frame::Shutdown);
         }
-        Some(s)
+        Some(Box::new(s))
+    }
+
+    fn has_exited(&self) -> bool {
+        match lock(&self.vm).as_ref() {
+            Some(vm) => vm.wait_timeout(Duration::ZERO).is_some(),
+            None => *lock(&self.exited),
+        }
     }
 
     fn wait_exited(&self, limit: Duration) -> bool {
+        if let Some(vm) = lock(&self.vm).clone() {
+            return vm.wait_timeout(limit).is_some();
+        }
         let guard = lock(&self.exited);
         let (guard, _) = self
             .exited_cv
@@ -245,6 +321,10 @@ impl Shared {
     /// SIGKILL to bwrap's monitor; `--die-with-parent` takes the agent,
     /// and with PID 1 gone the kernel ends the whole pid namespace.
     fn kill_sandbox(&self) {
+        if let Some(vm) = lock(&self.vm).as_ref() {
+            vm.kill();
+            return;
+        }
         let exited = lock(&self.exited);
         let pid = self.sandbox_pid.load(Ordering::SeqCst);
         if !*exited && pid != 0 {
@@ -286,11 +366,28 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
     let paths = SandboxPaths::new(&runtime, &opts.name)?;
     let name_lock = NameLock::acquire(&runtime, &opts.name)?;
     let control = socket::bind_exclusive(&paths.sock)?;
-    let agent_listener = match socket::bind_exclusive(&paths.agent) {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = std::fs::remove_file(&paths.sock);
-            return Err(e.into());
+    let is_vm = opts.vm.is_some();
+    let agent_listener = if is_vm {
+        // The VM's vsock device binds `<name>.agent` itself; make sure no
+        // live server holds it.
+        match socket::clear_if_stale(&paths.agent) {
+            Ok(socket::Staleness::Live) => {
+                let _ = std::fs::remove_file(&paths.sock);
+                return Err(SocketError::InUse(paths.agent.clone()).into());
+            }
+            Ok(_) => None,
+            Err(e) => {
+                let _ = std::fs::remove_file(&paths.sock);
+                return Err(e.into());
+            }
+        }
+    } else {
+        match socket::bind_exclusive(&paths.agent) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                let _ = std::fs::remove_file(&paths.sock);
+                return Err(e.into());
+            }
         }
     };
     let prepared = dirs::state_dir()
@@ -322,6 +419,12 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
         state,
         agent: Arc::clone(&agent),
         lock: Mutex::new(Some(name_lock)),
+        vm: Mutex::new(None),
+        is_vm,
+        rootfs: opts
+            .vm
+            .as_ref()
+            .and_then(|v| v.rootfs.as_ref().map(|r| r.0.clone())),
     });
 
     let sh = Arc::clone(&shared);
@@ -338,6 +441,12 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
     })?;
 
     tracing::debug!("sockets bound, state dir ready at {:?}", started.elapsed());
+    if let Some(vm_opts) = &opts.vm {
+        return run_vm(&shared, &opts, vm_opts);
+    }
+    let Some(agent_listener) = agent_listener else {
+        unreachable!("a namespace sandbox always binds its agent socket")
+    };
     let mut child = match start(&shared, &opts) {
         Ok(child) => child,
         Err(e) => return Err(fail(&shared, None, e)),
@@ -412,6 +521,113 @@ fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
     Ok(child)
 }
 
+/// How long a VM's agent may take to answer (a boot under nested TCG in
+/// CI takes seconds).
+const VM_READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The `kvm` backend: boots the VM, waits for its agent through the vsock
+/// muxer on `<name>.agent`, reports ready, then waits for the VM to end.
+fn run_vm(
+    shared: &Arc<Shared>,
+    opts: &HelperOptions,
+    v: &VmOptions,
+) -> Result<std::convert::Infallible, HelperError> {
+    let started = shared.started;
+    let image = match crate::vmm::image::find("x86_64", v.kernel.clone(), v.initrd.clone()) {
+        Ok(i) => i,
+        Err(e) => return Err(fail(shared, None, e.into())),
+    };
+    let console = match OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&shared.paths.log)
+    {
+        Ok(f) => f,
+        Err(e) => return Err(fail(shared, None, os("opening the console log")(e))),
+    };
+    let spec = crate::vmm::VmSpec {
+        kernel: image.kernel,
+        initrd: image.initrd,
+        mem_mib: opts.mem_mib,
+        vcpus: opts.cpus,
+        vsock_uds: shared.paths.agent.clone(),
+        console,
+        rootfs: v.rootfs.clone(),
+    };
+    let vm = match crate::vmm::RunningVm::start(spec) {
+        Ok(vm) => Arc::new(vm),
+        Err(e) => return Err(fail(shared, None, e.into())),
+    };
+    *lock(&shared.vm) = Some(Arc::clone(&vm));
+    tracing::debug!("VM started at {:?}", started.elapsed());
+    let deadline = Instant::now() + VM_READY_TIMEOUT;
+    loop {
+        if let Some(end) = vm.wait_timeout(Duration::ZERO) {
+            let e = HelperError::VmDied {
+                end,
+                log: shared.paths.log.clone(),
+                tail: vm.serial_tail(),
+            };
+            return Err(fail(shared, None, e));
+        }
+        if Session::connect_hybrid(&shared.paths.agent, boxdesk_channel::AGENT_PORT).is_ok() {
+            break;
+        }
+        if Instant::now() > deadline {
+            vm.kill();
+            let e = HelperError::NotReady {
+                log: shared.paths.log.clone(),
+                tail: vm.serial_tail(),
+            };
+            return Err(fail(shared, None, e));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    shared.ready_ms.store(
+        started.elapsed().as_millis().max(1) as u64,
+        Ordering::Relaxed,
+    );
+    *lock(&shared.phase) = Phase::Running;
+    tracing::info!(
+        "VM {} ready in {} ms",
+        opts.name,
+        started.elapsed().as_millis()
+    );
+    let _ready = opts
+        .ready
+        .as_ref()
+        .and_then(|fd| fd.try_clone().ok())
+        .map(|fd| {
+            let mut f = File::from(fd);
+            let _ = f.write_all(b"R");
+            f
+        });
+    let end = vm.wait();
+    if !shared.stopping.load(Ordering::SeqCst) {
+        let tail = vm.serial_tail();
+        let panicked = tail.contains("Kernel panic");
+        match &end {
+            crate::vmm::VmEnd::Reset if panicked => {
+                tracing::error!("the guest kernel panicked; console tail:\n{tail}")
+            }
+            crate::vmm::VmEnd::Reset => tracing::error!(
+                "the guest rebooted itself (a VM cannot reboot: stopping); console tail:\n{tail}"
+            ),
+            crate::vmm::VmEnd::Poweroff => tracing::error!("the guest powered off on its own"),
+            crate::vmm::VmEnd::Killed => {}
+            crate::vmm::VmEnd::Crash { reason, serial } => {
+                tracing::error!("the VM crashed: {reason}; console tail:\n{serial}")
+            }
+        }
+        shared.teardown(1);
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
 /// Polls the agent's socket until a channel handshake succeeds.
 fn wait_ready(
     child: &mut Child,
@@ -453,6 +669,9 @@ fn fail(shared: &Arc<Shared>, child: Option<Child>, e: HelperError) -> HelperErr
         }
     }
     let _ = std::fs::remove_file(&shared.paths.sock);
+    if let Some(vm) = lock(&shared.vm).take() {
+        vm.kill();
+    }
     let _ = std::fs::remove_file(&shared.paths.agent);
     if let Some(mut child) = child {
         let _ = child.kill();

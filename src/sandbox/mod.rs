@@ -1,10 +1,11 @@
 //! Sandboxes: which backend runs one, and the helper process (`boxdesk
 //! __vmm`) that owns it for its whole life.
 //!
-//! Only the namespace backend exists; `kvm` and `hvf` are named so that
-//! asking for them gets a clear "not available yet" rather than a silent
-//! fallback. This module must never let a namespace sandbox describe
-//! itself as a VM.
+//! `kvm` boots a microVM ([`crate::vmm`]) when the hypervisor can really
+//! run a 64-bit guest (`boxdesk_hv::probe`, cached per boot); `auto` picks
+//! it then and the namespace backend otherwise; `hvf` is macOS-only and not
+//! wired into the helper yet. This module must never let a namespace
+//! sandbox describe itself as a VM.
 
 pub mod forward;
 pub mod helper;
@@ -35,8 +36,11 @@ pub enum BackendError {
     #[error("unknown backend {0:?}; expected auto, kvm, hvf or namespace")]
     Unknown(String),
     /// The backend is named in the design but not built yet.
-    #[error("the {0} backend is not available yet: boxdesk has no VM backend so far; use --backend namespace (or auto)")]
+    #[error("the {0} backend is not available yet; use --backend namespace or kvm (or auto)")]
     NotYet(Backend),
+    /// The hypervisor here cannot boot a VM.
+    #[error("the kvm backend cannot run here: the hypervisor probe says {0}; use --backend namespace (or auto)")]
+    CannotBoot(String),
 }
 
 impl FromStr for Backend {
@@ -65,14 +69,60 @@ impl fmt::Display for Backend {
 }
 
 impl Backend {
-    /// The backend that will really run: `auto` is `namespace` until a VM
-    /// backend exists; `kvm` and `hvf` are refused.
+    /// The backend that will really run: `kvm` only where the hypervisor
+    /// probe says a VM can boot (else a clear error naming what the probe
+    /// found); `auto` is `kvm` then and when a guest image is installed,
+    /// `namespace` otherwise; `hvf` is refused.
     pub fn resolve(self) -> Result<Backend, BackendError> {
         match self {
-            Backend::Auto | Backend::Namespace => Ok(Backend::Namespace),
-            other => Err(BackendError::NotYet(other)),
+            Backend::Namespace => Ok(Backend::Namespace),
+            Backend::Hvf => Err(BackendError::NotYet(Backend::Hvf)),
+            Backend::Kvm => match probe_cached() {
+                (true, _) => Ok(Backend::Kvm),
+                (false, why) => Err(BackendError::CannotBoot(why)),
+            },
+            Backend::Auto => {
+                if !std::path::Path::new("/dev/kvm").exists() {
+                    return Ok(Backend::Namespace);
+                }
+                let has_image = crate::vmm::image::find("x86_64", None, None).is_ok();
+                Ok(if has_image && probe_cached().0 {
+                    Backend::Kvm
+                } else {
+                    Backend::Namespace
+                })
+            }
         }
     }
+}
+
+/// `boxdesk_hv::probe()` (a tiny guest under a 40 ms deadline), remembered
+/// for this boot in the runtime dir so `auto` costs one file read after
+/// the first run: whether a VM can boot, and the probe's words.
+pub fn probe_cached() -> (bool, String) {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let boot_id = boot_id.trim();
+    let cache = boxdesk_platform::dirs::runtime_dir()
+        .ok()
+        .map(|d| d.join("hv-probe"));
+    if let Some(text) = cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
+        let mut parts = text.splitn(3, '\n');
+        if let (Some(id), Some(ok), Some(words)) = (parts.next(), parts.next(), parts.next()) {
+            if id == boot_id && !boot_id.is_empty() {
+                return (ok == "1", words.to_owned());
+            }
+        }
+    }
+    let p = boxdesk_hv::probe();
+    let outcome = (p.can_boot(), p.to_string());
+    if let Some(c) = cache {
+        let tmp = c.with_extension("tmp");
+        let text = format!("{boot_id}\n{}\n{}", u8::from(outcome.0), outcome.1);
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &c);
+        }
+    }
+    outcome
 }
 
 #[cfg(test)]
@@ -80,10 +130,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_resolves_to_namespace_and_vm_backends_are_not_available_yet() {
-        assert_eq!(Backend::Auto.resolve(), Ok(Backend::Namespace));
-        let e = "kvm".parse::<Backend>().unwrap().resolve().unwrap_err();
-        assert!(e.to_string().contains("not available yet"), "{e}");
+    fn kvm_is_refused_with_the_probes_words_where_it_cannot_boot_and_auto_falls_back() {
+        let (can_boot, words) = probe_cached();
+        let kvm = "kvm".parse::<Backend>().unwrap().resolve();
+        if can_boot {
+            assert_eq!(kvm, Ok(Backend::Kvm));
+            println!("skipped: this machine's KVM can boot; the refusal is not testable here");
+        } else {
+            let e = kvm.unwrap_err().to_string();
+            assert!(e.contains(&words), "{e}");
+            assert_eq!(Backend::Auto.resolve(), Ok(Backend::Namespace));
+        }
         assert!("qemu".parse::<Backend>().is_err());
+        assert!(Backend::Hvf.resolve().is_err());
     }
 }

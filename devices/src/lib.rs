@@ -1,0 +1,23 @@
+//! boxdesk-devices: the devices of a boxdesk microVM, written against
+//! guest memory (`vm-memory`) and an interrupt line ([`irq::IrqLine`]) —
+//! never against a hypervisor type, so the same code runs under KVM and
+//! Hypervisor.framework and under unit tests with a mock guest driver.
+//!
+//! * [`bus`] — the address → device map a vCPU's MMIO/PIO exit goes to;
+//! * [`virtio`] — the virtio-mmio (v2) transport and the [`virtio::VirtioDevice`]
+//!   contract; [`vsock`] (virtio-vsock with the hybrid Unix-socket muxer)
+//!   and [`blk`] (virtio-blk over a raw file) implement it;
+//! * [`serial`] — the 8250 UART (`vm-superio`); [`i8042`] — the reset line.
+//!
+//! Devices never panic on what a guest writes: a bad descriptor chain marks
+//! the device broken (`NEEDS_RESET`) and nothing outside guest memory is
+//! read or written.
+#![deny(missing_docs)]
+
+pub mod blk;
+pub mod bus;
+pub mod i8042;
+pub mod irq;
+pub mod serial;
+pub mod virtio;
+pub mod vsock;

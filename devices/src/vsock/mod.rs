@@ -1,0 +1,262 @@
+//! virtio-vsock (device type 19) with Firecracker's hybrid Unix-socket
+//! muxer: the guest's AF_VSOCK streams to CID 2 become Unix sockets on the
+//! host, and host clients reach guest ports through one Unix socket.
+//!
+//! * [`Vsock`] — the [`VirtioDevice`]: config (`guest_cid`), features,
+//!   queues rx/tx/event; it binds the host socket and starts or stops the
+//!   event thread. It never touches a socket or a queue itself.
+//! * `worker` — the event thread: poller, TX and RX queue processing.
+//! * `muxer` — listener, `CONNECT <port>` clients, streams, RX order.
+//! * `conn` — one stream: state, credit, shutdown.
+//! * `packet` — the header and every guest-memory access.
+//!
+//! Threads: `activate` starts one thread that owns the queues, guest
+//! memory and every host socket; `queue_notify` (on a vCPU thread) only
+//! wakes it; `reset` and `Drop` stop and join it, closing every stream.
+
+mod conn;
+mod muxer;
+mod packet;
+mod worker;
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use virtio_queue::{Queue, QueueT};
+
+use crate::virtio::{ActivateError, Interrupt, Memory, VirtioDevice, VIRTIO_F_VERSION_1};
+
+pub use conn::{BUF_ALLOC, CONNECT_TIMEOUT, SHUTDOWN_TIMEOUT};
+pub use muxer::MAX_CONNECTIONS;
+
+/// The virtio device id of vsock.
+pub const DEVICE_TYPE: u32 = 19;
+/// Size of each of the three queues (rx, tx, event).
+pub const QUEUE_SIZE: u16 = 256;
+const QUEUE_SIZES: [u16; 3] = [QUEUE_SIZE; 3];
+
+/// Why a vsock device cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum VsockError {
+    /// The CID is reserved (0–2) or does not fit the 32 bits guests use.
+    #[error("guest cid {0} is reserved or out of range")]
+    InvalidCid(u64),
+    /// A live server already answers on the socket path.
+    #[error("{} is in use by a live server", .0.display())]
+    InUse(PathBuf),
+    /// Something that is not a socket is at the path.
+    #[error("{} exists and is not a socket", .0.display())]
+    NotASocket(PathBuf),
+    /// The stale socket could not be removed.
+    #[error("cannot remove the stale socket {}", .path.display())]
+    RemoveStale {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The socket could not be bound.
+    #[error("cannot bind {}", .path.display())]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The virtio-vsock device.
+#[derive(Debug)]
+pub struct Vsock {
+    guest_cid: u64,
+    uds_path: PathBuf,
+    listener: UnixListener,
+    /// (device, inode) of the socket file we bound: removed on drop only
+    /// if it is still ours.
+    bound: Option<(u64, u64)>,
+    acked_features: u64,
+    worker: Option<worker::Worker>,
+}
+
+/// Clears `path` for binding: nothing there, or a socket nobody answers on
+/// (removed). A live socket or any other file is refused.
+fn clear_stale(path: &Path) -> Result<(), VsockError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(VsockError::Bind {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(VsockError::NotASocket(path.to_path_buf()));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(VsockError::InUse(path.to_path_buf())),
+        // Only a refusal proves nobody listens; anything else (no
+        // permission, say) leaves the file alone and fails the bind.
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .or_else(|source| match source.kind() {
+                io::ErrorKind::NotFound => Ok(()),
+                _ => Err(VsockError::RemoveStale {
+                    path: path.to_path_buf(),
+                    source,
+                }),
+            }),
+        Err(source) => Err(VsockError::Bind {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+impl Vsock {
+    /// A device for a guest with CID `guest_cid`, its host side bound at
+    /// `uds_path` (`<name>.agent`): a stale socket there is replaced, a
+    /// live one refused. Host clients may connect at once; they are served
+    /// once the driver activates the device.
+    pub fn new(guest_cid: u64, uds_path: &Path) -> Result<Vsock, VsockError> {
+        if !(3..u64::from(u32::MAX)).contains(&guest_cid) {
+            return Err(VsockError::InvalidCid(guest_cid));
+        }
+        clear_stale(uds_path)?;
+        let bind_err = |source| VsockError::Bind {
+            path: uds_path.to_path_buf(),
+            source,
+        };
+        let listener = UnixListener::bind(uds_path).map_err(bind_err)?;
+        let bound = std::fs::symlink_metadata(uds_path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        Ok(Vsock {
+            guest_cid,
+            uds_path: uds_path.to_path_buf(),
+            listener,
+            bound,
+            acked_features: 0,
+            worker: None,
+        })
+    }
+
+    /// The guest's CID.
+    pub fn guest_cid(&self) -> u64 {
+        self.guest_cid
+    }
+
+    /// The host socket it serves.
+    pub fn uds_path(&self) -> &Path {
+        &self.uds_path
+    }
+
+    /// Whether the event thread runs (the device is active and healthy or
+    /// has not noticed otherwise yet).
+    pub fn is_active(&self) -> bool {
+        self.worker.is_some()
+    }
+}
+
+impl VirtioDevice for Vsock {
+    fn device_type(&self) -> u32 {
+        DEVICE_TYPE
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &QUEUE_SIZES
+    }
+
+    fn features(&self) -> u64 {
+        VIRTIO_F_VERSION_1
+    }
+
+    fn ack_features(&mut self, features: u64) {
+        self.acked_features = features & self.features();
+    }
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        let cfg = self.guest_cid.to_le_bytes();
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = offset
+                .checked_add(i as u64)
+                .and_then(|at| usize::try_from(at).ok())
+                .and_then(|at| cfg.get(at).copied())
+                .unwrap_or(0);
+        }
+    }
+
+    fn write_config(&mut self, _offset: u64, _data: &[u8]) {}
+
+    fn activate(
+        &mut self,
+        mem: Memory,
+        interrupt: Interrupt,
+        queues: Vec<Queue>,
+    ) -> Result<(), ActivateError> {
+        if queues.len() != QUEUE_SIZES.len() {
+            return Err(ActivateError::Queues(format!(
+                "vsock needs 3 queues, got {}",
+                queues.len()
+            )));
+        }
+        if let Some(i) = queues.iter().position(|q| !q.is_valid(&mem)) {
+            return Err(ActivateError::Queues(format!("queue {i} is not usable")));
+        }
+        self.worker = None;
+        let mut queues = queues.into_iter();
+        let (Some(rx), Some(tx)) = (queues.next(), queues.next()) else {
+            return Err(ActivateError::Queues("vsock needs 3 queues".into()));
+        };
+        let listener = self
+            .listener
+            .try_clone()
+            .map_err(|e| ActivateError::Backend(format!("vsock listener: {e}")))?;
+        let setup = worker::Setup {
+            mem,
+            interrupt,
+            rx,
+            tx,
+            guest_cid: self.guest_cid,
+        };
+        let w = worker::Worker::spawn(setup, listener, &self.uds_path)
+            .map_err(|e| ActivateError::Backend(format!("vsock event thread: {e}")))?;
+        self.worker = Some(w);
+        Ok(())
+    }
+
+    fn queue_notify(&mut self, index: u16) {
+        // The event queue carries nothing from the driver.
+        if index < 2 {
+            if let Some(w) = &self.worker {
+                w.kick();
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.worker = None;
+        self.acked_features = 0;
+    }
+}
+
+impl Drop for Vsock {
+    /// Stops the event thread and removes the host socket if it is still
+    /// the one this device bound.
+    fn drop(&mut self) {
+        self.worker = None;
+        let now = std::fs::symlink_metadata(&self.uds_path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if now.is_some() && now == self.bound {
+            let _ = std::fs::remove_file(&self.uds_path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! The `kvm` backend end to end: real microVM boots of our own kernel and
+//! initramfs through our VMM. They need a KVM that can boot Linux, which
+//! this project's build machines only have inside the nested harness's L1
+//! — CI runs this module there (`tests/nested/cargo-test.sh x86_64 -p
+//! boxdesk --test tests -- vm::`), with the image of `images/build.sh` at
+//! `target/images/x86_64`. Elsewhere the boot tests print why they skip,
+//! and the tests of what happens *without* a bootable KVM run.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{self, Sandbox, TestEnv};
+
+/// Whether a VM can boot here; prints the skip line when not.
+fn can_boot(test: &str) -> bool {
+    let env = TestEnv::new();
+    let out = env.run(["doctor"]);
+    let accelerated = out.stdout.contains("kvm (accelerated)");
+    let image = ["vmlinux", "bzImage"]
+        .iter()
+        .any(|k| image_dir().join(k).is_file())
+        && image_dir().join("initramfs.cpio.gz").is_file();
+    if !accelerated {
+        println!(
+            "skipped: {test}: needs hardware KVM (doctor: {})",
+            out.stdout
+                .lines()
+                .find(|l| l.starts_with("hypervisor"))
+                .unwrap_or("?")
+        );
+    } else if !image {
+        println!(
+            "skipped: {test}: no guest image at {} (bash images/build.sh x86_64)",
+            image_dir().display()
+        );
+    }
+    accelerated && image
+}
+
+fn image_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/images/x86_64")
+}
+
+fn kvm_env() -> TestEnv {
+    TestEnv::new()
+}
+
+#[test]
+fn without_a_bootable_kvm_the_kvm_backend_fails_fast_naming_why_and_auto_picks_namespace() {
+    let env = TestEnv::new();
+    let doctor = env.run(["doctor"]);
+    if doctor.stdout.contains("kvm (accelerated)") {
+        println!("skipped: this KVM can boot VMs; the refusal cannot be seen here");
+        return;
+    }
+    let t = Instant::now();
+    let out = env.run(["run", "--backend", "kvm", "--", "true"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("kvm backend cannot run here"), "{out}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+    let sb = env.start("auto1", &[]);
+    assert_eq!(env.info(&sb.name)["backend"], "namespace");
+    assert_eq!(env.info(&sb.name)["isolation"], "namespaces");
+}
+
+#[test]
+fn net_and_vm_only_flags_are_refused_where_they_cannot_apply() {
+    let env = TestEnv::new();
+    let out = env.run([
+        "run",
+        "--backend",
+        "namespace",
+        "--kernel",
+        "/nope",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("need the kvm backend"), "{out}");
+}
+
+#[test]
+fn run_boots_a_vm_and_prints_the_guests_arch() {
+    if !can_boot("run_boots_a_vm_and_prints_the_guests_arch") {
+        return;
+    }
+    let env = kvm_env();
+    let out = env.run(["run", "--backend", "kvm", "--", "uname", "-m"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "x86_64\n", "{out}");
+}
+
+#[test]
+fn a_detached_vm_serves_exec_cp_ls_and_stops_cleanly() {
+    if !can_boot("a_detached_vm_serves_exec_cp_ls_and_stops_cleanly") {
+        return;
+    }
+    let env = kvm_env();
+    let sb = env.start("vm1", &["--backend", "kvm", "--keep"]);
+    let info = env.info("vm1");
+    assert_eq!(info["backend"], "kvm");
+    assert_eq!(info["isolation"], "vm");
+    assert_eq!(info["channel"], "vsock");
+    assert!(info["boot_ms"].parse::<u64>().unwrap() > 0, "{info:?}");
+    assert_eq!(sb.sh("echo out; echo err >&2; exit 3").code(), 3);
+    let mut cmd = env.cmd(["exec", "vm1", "--", "cat"]);
+    cmd.stdin(std::process::Stdio::piped());
+    cmd.stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"through stdin").unwrap();
+    let out = support::wait_output(child);
+    assert_eq!(out.stdout, "through stdin", "{out}");
+    // 16 MiB both ways through vsock, checked.
+    let data: Vec<u8> = (0..16u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let src = env.root().join("big");
+    std::fs::write(&src, &data).unwrap();
+    assert_eq!(
+        env.run(["cp", src.to_str().unwrap(), "vm1:/tmp/big"])
+            .code(),
+        0
+    );
+    let back = env.root().join("back");
+    assert_eq!(
+        env.run(["cp", "vm1:/tmp/big", back.to_str().unwrap()])
+            .code(),
+        0
+    );
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "16 MiB came back changed"
+    );
+    let ls = env.run(["ls", "--json"]);
+    assert!(ls.stdout.contains("\"backend\":\"kvm\""), "{ls}");
+    let pid = sb.pid.unwrap();
+    let out = env.run(["stop", "vm1"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(support::wait_gone(pid), "the helper outlived stop");
+    let log = std::fs::read_to_string(env.runtime().join("vm1.log")).unwrap_or_default();
+    assert!(
+        !log.contains("killing"),
+        "the guest did not power off cleanly:\n{log}"
+    );
+}
+
+#[test]
+fn a_guest_that_reboots_itself_ends_its_helper_with_a_clear_report() {
+    if !can_boot("a_guest_that_reboots_itself_ends_its_helper_with_a_clear_report") {
+        return;
+    }
+    let env = kvm_env();
+    let sb = env.start("vm2", &["--backend", "kvm", "--keep"]);
+    let pid = sb.pid.unwrap();
+    let _ = sb.sh("reboot -f");
+    assert!(
+        support::wait_gone(pid),
+        "the helper kept running after the guest rebooted"
+    );
+    let log = std::fs::read_to_string(env.runtime().join("vm2.log")).unwrap_or_default();
+    assert!(log.contains("rebooted"), "{log}");
+    drop(Sandbox::adopt(&env, "vm2"));
+}
