@@ -2,6 +2,9 @@
 # Builds the guest agent as a static musl binary for one guest arch:
 #   images/build-agent.sh x86_64|aarch64
 # Output: target/images/<arch>/boxdesk-guest-agent (statically linked).
+# `images/build-agent.sh ARCH boxdesk` builds the boxdesk binary itself the
+# same way, into target/static/<arch>/boxdesk (for the nested harness's L1
+# and for release builds).
 #
 # Where rustup has the musl std for the target (a developer laptop, release
 # CI) plain cargo is used. Otherwise (these build machines: rustup cannot
@@ -17,14 +20,19 @@ case "$arch" in
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${BOXDESK_CACHE:-/var/cache/boxdesk}
+pkg=${2:-boxdesk-guest-agent}
+case "$pkg" in
+  boxdesk-guest-agent) out=$root/target/images/$arch ;;
+  boxdesk) out=$root/target/static/$arch ;;
+  *) echo "usage: $0 x86_64|aarch64 [boxdesk-guest-agent|boxdesk]" >&2; exit 2 ;;
+esac
 target=$arch-unknown-linux-musl
-out=$root/target/images/$arch
 mkdir -p "$out"
 
 if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
   cargo build --manifest-path "$root/Cargo.toml" --release --locked \
-    --target "$target" -p boxdesk-guest-agent
-  bin=$root/target/$target/release/boxdesk-guest-agent
+    --target "$target" -p "$pkg" --bin "$pkg"
+  bin=$root/target/$target/release/$pkg
 else
   zig_dir=$(python3 -c 'import ziglang, os; print(os.path.dirname(ziglang.__file__))' 2>/dev/null) || {
     echo "build-agent: zig is missing: pip install ziglang (scripts/setup.sh does)" >&2
@@ -41,14 +49,14 @@ else
   (cd "$root" && PATH="$zig_dir:/usr/bin:$PATH" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
     RUSTFLAGS="-C link-self-contained=no" \
     "$zigbuild" zigbuild --release --locked -Zbuild-std=std,panic_abort \
-    --target "$target" -p boxdesk-guest-agent --target-dir "$cache/cross")
-  bin=$cache/cross/$target/release/boxdesk-guest-agent
+    --target "$target" -p "$pkg" --bin "$pkg" --target-dir "$cache/cross")
+  bin=$cache/cross/$target/release/$pkg
 fi
 
-install -m 0755 "$bin" "$out/boxdesk-guest-agent"
-if ! file -b "$out/boxdesk-guest-agent" | grep -q 'statically linked\|static-pie linked'; then
-  echo "build-agent: $out/boxdesk-guest-agent is not statically linked:" >&2
-  file "$out/boxdesk-guest-agent" >&2
+install -m 0755 "$bin" "$out/$pkg"
+if ! file -b "$out/$pkg" | grep -q 'statically linked\|static-pie linked'; then
+  echo "build-agent: $out/$pkg is not statically linked:" >&2
+  file "$out/$pkg" >&2
   exit 1
 fi
-echo "$out/boxdesk-guest-agent: $(file -b "$out/boxdesk-guest-agent" | cut -d, -f1-2), $(stat -c %s "$out/boxdesk-guest-agent") bytes"
+echo "$out/$pkg: $(file -b "$out/$pkg" | cut -d, -f1-2), $(stat -c %s "$out/$pkg") bytes"

@@ -41,7 +41,7 @@ as_root() {
 # --- packages ---------------------------------------------------------------
 phase "packages"
 need=()
-for p in "$src_pkg" bc flex bison libelf-dev libssl-dev busybox-static cpio gzip xz-utils make gcc; do
+for p in "$src_pkg" bc flex bison libelf-dev libssl-dev busybox-static cpio gzip xz-utils make gcc libc6-dev file; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -47,6 +47,15 @@ done
 
 step "boxdesk's VM tests inside L1 (x86_64): our VMM boots our image on real KVM"
 if [ -f target/images/x86_64/initramfs.cpio.gz ]; then
+  # A small ext4 root file system for the --rootfs test: the initramfs's
+  # files plus /marker.
+  rootfs=target/images/x86_64/test-rootfs.ext4
+  tree=$(mktemp -d)
+  (cd "$tree" && zcat "$root/target/images/x86_64/initramfs.cpio.gz" | cpio -id --quiet)
+  echo boxdesk-rootfs >"$tree/marker"
+  rm -f "$rootfs"
+  /sbin/mke2fs -q -t ext4 -d "$tree" "$rootfs" 64M
+  rm -rf "$tree"
   log=$(mktemp)
   rc=0
   bash tests/nested/cargo-test.sh x86_64 --timeout 1500 -p boxdesk --test tests -- vm:: --nocapture 2>&1 | tee "$log" || rc=$?

@@ -1,7 +1,9 @@
 //! The init duties of a VM's PID 1, done once before serving: mount
 //! `/proc`, `/sys`, devtmpfs `/dev`, devpts `/dev/pts` (`ptmxmode=666`)
 //! with `/dev/ptmx`, tmpfs `/dev/shm`, `/tmp`, `/run`; make sure fds 0–2
-//! are open (on the console); set the hostname; bring `lo` up.
+//! are open (on the console); set the hostname; bring `lo` up; then, when
+//! the kernel command line asks for one, switch to the root filesystem
+//! (`rootfs`, which carries these mounts into it).
 //!
 //! Owns the list of what it mounted, so shutdown can unmount exactly that.
 //! Every step is best effort: something already mounted (or `EBUSY`, or
@@ -122,6 +124,9 @@ pub fn vm_init() -> Vec<PathBuf> {
     if let Err(e) = crate::loopback::up() {
         log!("init: {}", InitError::from(e));
     }
+    // Moves the mounts above into the new root under the same paths, so
+    // `mounted` stays right for shutdown either way.
+    crate::rootfs::switch_if_asked();
     mounted
 }
 
@@ -152,7 +157,7 @@ fn mount_one(fs: &Fs) -> Result<bool, InitError> {
 
 /// True when `target` is a mount point: `/proc` by its contents (there is
 /// no mount table before it), the others by `/proc/self/mountinfo`.
-fn is_mounted(target: &str) -> bool {
+pub(crate) fn is_mounted(target: &str) -> bool {
     if target == "/proc" {
         return Path::new("/proc/self/stat").exists();
     }

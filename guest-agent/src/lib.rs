@@ -32,7 +32,8 @@
 //! frames, paths via `beneath`) and `exec` + `pump` + `stdin` (one
 //! process, started by `spawn` through `fastspawn` (posix_spawn) or std's
 //! `Command`, with `pty` and `reaper`). `wire` frames the socket; `fdio`
-//! holds raw-fd helpers; `init`, `loopback`, `power` and `console` are the
+//! holds raw-fd helpers; `init`, `rootfs` (`--rootfs`: mount the image
+//! and switch root into it), `loopback`, `power` and `console` are the
 //! PID-1 side.
 //!
 //! The library is Linux-only; on other targets it is empty.
@@ -56,6 +57,7 @@ mod pty;
 mod pump;
 mod putfile;
 mod reaper;
+mod rootfs;
 mod session;
 mod spawn;
 mod stdin;

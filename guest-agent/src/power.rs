@@ -27,7 +27,9 @@ pub enum PowerError {
 const GRACE: Duration = Duration::from_millis(1000);
 
 /// The VM shutdown of CHANNEL.md: SIGTERM to every process, a short grace,
-/// SIGKILL, sync, unmount what init mounted (best effort), power off.
+/// SIGKILL, sync, unmount what init mounted (best effort; after a switch to
+/// a `--rootfs` these are the same paths in the new root), remount `/`
+/// read-only, power off.
 pub fn vm_shutdown(mounted: &[PathBuf]) -> ! {
     log!("shutdown: stopping every process");
     let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
@@ -43,7 +45,29 @@ pub fn vm_shutdown(mounted: &[PathBuf]) -> ! {
     for target in mounted.iter().rev() {
         let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
     }
+    remount_root_read_only();
     power_off()
+}
+
+/// Remounts `/` read-only (best effort), so a `--rootfs-rw` ext4 disk is
+/// left clean (a journal left needing recovery would keep the image from
+/// mounting read-only next time). Harmless on an overlay or the initramfs.
+/// A process killed a moment ago may still hold a file open for writing
+/// (`EBUSY`), so it tries a few times.
+fn remount_root_read_only() {
+    use nix::mount::{mount, MsFlags};
+    let flags = MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    let mut result = Ok(());
+    for _ in 0..5 {
+        result = mount(None::<&str>, "/", None::<&str>, flags, None::<&str>);
+        if result != Err(nix::errno::Errno::EBUSY) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    if let Err(e) = result {
+        log!("shutdown: remount / read-only: {e}");
+    }
 }
 
 /// True while a user-space process other than the agent exists (kernel

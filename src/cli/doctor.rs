@@ -40,14 +40,32 @@ pub fn doctor() -> anyhow::Result<i32> {
     println!("  bubblewrap: {bwrap}");
     println!("  user namespaces: {userns}");
     println!("  trial sandbox: {trial}");
-    println!("hypervisor: {}", boxdesk_hv::probe());
+    let hv = boxdesk_hv::probe();
+    println!("hypervisor: {hv}");
     println!("  /dev/kvm: {}", probe::dev_kvm());
+    let image = boxdesk::vmm::image::find("x86_64", None, None);
+    let kvm_ok = hv.can_boot() && image.is_ok();
     println!(
-        "kvm backend: no VMM yet (boxdesk-hv runs guest code; booting Linux is not implemented)"
+        "kvm backend: {}",
+        match (&image, hv.can_boot()) {
+            (Ok(_), true) => "can run here".to_owned(),
+            (_, false) => "cannot run here: the hypervisor cannot boot a VM".to_owned(),
+            (Err(e), true) => format!("cannot run here: {e}"),
+        }
     );
-    println!("hvf backend: no VMM yet (macOS on Apple silicon only)");
-    println!("--backend auto: namespace");
-    Ok(if namespace_ok { 0 } else { 1 })
+    if let Ok(img) = &image {
+        println!(
+            "  image: {} + {}",
+            img.kernel.display(),
+            img.initrd.display()
+        );
+    }
+    println!("hvf backend: not wired into the helper yet (macOS on Apple silicon only)");
+    let auto = boxdesk::sandbox::Backend::Auto
+        .resolve()
+        .map_or_else(|e| e.to_string(), |b| b.to_string());
+    println!("--backend auto: {auto}");
+    Ok(if namespace_ok || kvm_ok { 0 } else { 1 })
 }
 
 fn trial_sandbox() -> Probe {

@@ -562,9 +562,15 @@ fn run_vm(
     };
     *lock(&shared.vm) = Some(Arc::clone(&vm));
     tracing::debug!("VM started at {:?}", started.elapsed());
+    // The agent prints its ready line on the console once it listens:
+    // watch for it on the host side (free for the guest) and only then
+    // connect; a connect attempt before that costs the booting guest a
+    // vsock REQUEST and its RST. Attempts every 50 ms anyway, in case the
+    // line was missed.
     let deadline = Instant::now() + VM_READY_TIMEOUT;
+    let mut last_try = Instant::now();
     loop {
-        if let Some(end) = vm.wait_timeout(Duration::ZERO) {
+        if let Some(end) = vm.wait_timeout(Duration::from_millis(1)) {
             let e = HelperError::VmDied {
                 end,
                 log: shared.paths.log.clone(),
@@ -572,8 +578,12 @@ fn run_vm(
             };
             return Err(fail(shared, None, e));
         }
-        if Session::connect_hybrid(&shared.paths.agent, boxdesk_channel::AGENT_PORT).is_ok() {
-            break;
+        let announced = vm.serial_tail().contains("guest-agent ready");
+        if announced || last_try.elapsed() >= Duration::from_millis(50) {
+            last_try = Instant::now();
+            if Session::connect_hybrid(&shared.paths.agent, boxdesk_channel::AGENT_PORT).is_ok() {
+                break;
+            }
         }
         if Instant::now() > deadline {
             vm.kill();
@@ -583,7 +593,6 @@ fn run_vm(
             };
             return Err(fail(shared, None, e));
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
     shared.ready_ms.store(
         started.elapsed().as_millis().max(1) as u64,

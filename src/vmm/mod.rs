@@ -142,14 +142,21 @@ impl std::fmt::Debug for RunningVm {
 
 /// The kernel command line: console on the 8250, reset through the
 /// i8042, no PCI/ACPI probing, panics reboot at once (the VMM reports them),
-/// then one `virtio_mmio.device=` per device.
-fn cmdline(devices: &[(u64, u32)]) -> String {
+/// one `virtio_mmio.device=` per device, and for a rootfs (`Some(writable)`;
+/// the disk is the only virtio-blk, so `/dev/vda`) the agent's
+/// `boxdesk.rootfs=` contract.
+fn cmdline(devices: &[(u64, u32)], rootfs: Option<bool>) -> String {
     let mut c = String::from(
         "console=ttyS0 reboot=k panic=-1 pci=off nomodules i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd \
          tsc=reliable ipv6.disable=1 rdinit=/init quiet",
     );
     for (addr, irq) in devices {
         c.push_str(&format!(" virtio_mmio.device=4K@{addr:#x}:{irq}"));
+    }
+    match rootfs {
+        Some(true) => c.push_str(" boxdesk.rootfs=/dev/vda boxdesk.rootfs_rw=1"),
+        Some(false) => c.push_str(" boxdesk.rootfs=/dev/vda"),
+        None => {}
     }
     c
 }
@@ -238,7 +245,7 @@ impl RunningVm {
         arch::x86_64::configure_system(
             &mem,
             &kernel,
-            &cmdline(&slots),
+            &cmdline(&slots, spec.rootfs.as_ref().map(|r| r.1)),
             Some(initrd),
             mem_bytes,
             spec.vcpus as u8,
@@ -439,7 +446,8 @@ mod tests {
 
     #[test]
     fn the_command_line_announces_every_virtio_mmio_device() {
-        let c = cmdline(&[(0xd000_0000, 5), (0xd000_1000, 6)]);
+        let c = cmdline(&[(0xd000_0000, 5), (0xd000_1000, 6)], Some(false));
+        assert!(c.ends_with(" boxdesk.rootfs=/dev/vda"), "{c}");
         assert!(
             c.contains("virtio_mmio.device=4K@0xd0000000:5 virtio_mmio.device=4K@0xd0001000:6"),
             "{c}"

@@ -33,6 +33,12 @@ fn can_boot(test: &str) -> bool {
             image_dir().display()
         );
     }
+    if accelerated && image {
+        // The helper runs from `/` and the static binary lives outside the
+        // checkout: point it at the image. Only reached where VMs boot,
+        // i.e. in L1, where tests run one at a time (`--test-threads=1`).
+        std::env::set_var("BOXDESK_IMAGE_DIR", image_dir());
+    }
     accelerated && image
 }
 
@@ -109,6 +115,7 @@ fn a_detached_vm_serves_exec_cp_ls_and_stops_cleanly() {
     let mut cmd = env.cmd(["exec", "vm1", "--", "cat"]);
     cmd.stdin(std::process::Stdio::piped());
     cmd.stdout(std::process::Stdio::piped());
+    cmd.stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"through stdin").unwrap();
     let out = support::wait_output(child);
@@ -163,4 +170,81 @@ fn a_guest_that_reboots_itself_ends_its_helper_with_a_clear_report() {
     let log = std::fs::read_to_string(env.runtime().join("vm2.log")).unwrap_or_default();
     assert!(log.contains("rebooted"), "{log}");
     drop(Sandbox::adopt(&env, "vm2"));
+}
+
+#[test]
+fn a_bad_kernel_or_memory_size_is_refused_before_any_vcpu_runs() {
+    if !can_boot("a_bad_kernel_or_memory_size_is_refused_before_any_vcpu_runs") {
+        return;
+    }
+    let env = kvm_env();
+    let bogus = env.root().join("bogus");
+    std::fs::write(&bogus, b"this is not a kernel").unwrap();
+    let out = env.run([
+        "run",
+        "--backend",
+        "kvm",
+        "--kernel",
+        bogus.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.to_lowercase().contains("kernel"), "{out}");
+    let truncated = env.root().join("truncated");
+    let k = std::fs::read(image_dir().join("vmlinux")).unwrap();
+    std::fs::write(&truncated, &k[..4096]).unwrap();
+    let out = env.run([
+        "run",
+        "--backend",
+        "kvm",
+        "--kernel",
+        truncated.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code(), 125, "{out}");
+    for mem in ["32", "70000"] {
+        let out = env.run(["run", "--backend", "kvm", "--mem", mem, "--", "true"]);
+        assert_eq!(out.code(), 125, "{out}");
+        assert!(out.stderr.contains("out of range"), "{out}");
+    }
+}
+
+#[test]
+fn a_rootfs_image_becomes_the_guests_root_under_a_writable_overlay_and_stays_unchanged() {
+    if !can_boot(
+        "a_rootfs_image_becomes_the_guests_root_under_a_writable_overlay_and_stays_unchanged",
+    ) {
+        return;
+    }
+    // scripts/test-nested.sh makes it from the initramfs plus /marker.
+    let img = image_dir().join("test-rootfs.ext4");
+    if !img.is_file() {
+        println!(
+            "skipped: no {} (scripts/test-nested.sh makes it)",
+            img.display()
+        );
+        return;
+    }
+    let before = std::fs::read(&img).unwrap();
+    let env = kvm_env();
+    let script = "cat /marker; echo written > /new; cat /new; cat /run/boxdesk-rootfs-error 2>/dev/null; true";
+    let out = env.run([
+        "run",
+        "--backend",
+        "kvm",
+        "--rootfs",
+        img.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "boxdesk-rootfs\nwritten\n", "{out}");
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "a read-only rootfs image was modified"
+    );
 }

@@ -11,6 +11,7 @@
 //! (emulated by KVM's in-kernel LAPIC) are set. KVM's own leaves
 //! (0x4000_0000..) are kept as KVM reports them.
 
+use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_bindings::{kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX};
 
 use super::layout::MAX_VCPUS;
@@ -118,7 +119,14 @@ pub fn normalize(cpuid: &mut CpuId, vcpu_id: u32, vcpus: u32) -> Result<(), Arch
             entries.extend(topology_leaf(leaf, vcpu_id, vcpus));
         }
     }
-    *cpuid = CpuId::from_entries(&entries).map_err(|_| ArchError::CpuidFull)?;
+    if entries.len() > KVM_MAX_CPUID_ENTRIES {
+        // A rich host (or a nested one) can fill the table once the
+        // topology leaves gain their subleaves: entries that say nothing
+        // (all registers zero) are what a guest loses least by.
+        entries.retain(|e| e.eax | e.ebx | e.ecx | e.edx != 0 || e.function & 0x7fff_ffff == 0);
+    }
+    let have = entries.len();
+    *cpuid = CpuId::from_entries(&entries).map_err(|_| ArchError::CpuidFull { have })?;
     Ok(())
 }
 

@@ -91,8 +91,14 @@ pub enum ArchError {
         len: usize,
     },
     /// The normalised CPUID needs more entries than a `CpuId` can hold.
-    #[error("the cpuid table is full")]
-    CpuidFull,
+    #[error(
+        "the normalised cpuid has {have} entries, over the {} a CpuId holds",
+        kvm_bindings::KVM_MAX_CPUID_ENTRIES
+    )]
+    CpuidFull {
+        /// Entries after normalisation.
+        have: usize,
+    },
     /// A hypervisor call on a vCPU failed.
     #[error("cannot {op} of vcpu {id}")]
     Vcpu {
