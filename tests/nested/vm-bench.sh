@@ -43,16 +43,21 @@ echo "ours: vsock guest->host 64 MiB in \$(( (t1 - t0) * 10 )) ms"
 \$B stop b1
 i=0
 while [ \$i -lt $runs ]; do
-  rm -f /tmp/q.log
+  rm -f /host/tmp/q.log
   t0=\$(now)
   chroot /host qemu-system-x86_64 -enable-kvm -M microvm -cpu host -smp 1 -m 512 -nodefaults -no-user-config -display none -no-reboot \
     -serial file:/tmp/q.log -kernel $kernel -initrd $img/initramfs.cpio.gz \
-    -append "console=ttyS0 reboot=k panic=-1 quiet rdinit=/init" &
+    -append "console=ttyS0 reboot=k panic=-1 quiet rdinit=/init" >/tmp/q.out 2>&1 &
   q=\$!
-  while ! grep -q "guest-agent ready" /tmp/q.log 2>/dev/null; do sleep 0.02; done
+  n=0
+  while ! grep -q "guest-agent ready" /host/tmp/q.log 2>/dev/null && kill -0 \$q 2>/dev/null && [ \$n -lt 3000 ]; do sleep 0.02; n=\$((n + 1)); done
   t1=\$(now)
-  echo "qemu: start to agent ready: \$(( (t1 - t0) * 10 )) ms"
-  kill \$q; wait \$q 2>/dev/null || true
+  if grep -q "guest-agent ready" /host/tmp/q.log 2>/dev/null; then
+    echo "qemu: start to agent ready: \$(( (t1 - t0) * 10 )) ms"
+  else
+    echo "qemu: no ready line; qemu said:"; cat /tmp/q.out; tail -5 /host/tmp/q.log 2>/dev/null
+  fi
+  kill \$q 2>/dev/null; wait \$q 2>/dev/null || true
   i=\$((i + 1))
 done
 EOF

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{self, Sandbox, TestEnv};
+use crate::support::{self, TestEnv};
 
 /// Whether a VM can boot here; prints the skip line when not.
 fn can_boot(test: &str) -> bool {
@@ -169,7 +169,6 @@ fn a_guest_that_reboots_itself_ends_its_helper_with_a_clear_report() {
     );
     let log = std::fs::read_to_string(env.runtime().join("vm2.log")).unwrap_or_default();
     assert!(log.contains("rebooted"), "{log}");
-    drop(Sandbox::adopt(&env, "vm2"));
 }
 
 #[test]
@@ -247,4 +246,63 @@ fn a_rootfs_image_becomes_the_guests_root_under_a_writable_overlay_and_stays_unc
         std::fs::read(&img).unwrap() == before,
         "a read-only rootfs image was modified"
     );
+}
+
+#[test]
+fn a_guest_kernel_panic_ends_its_helper_with_the_panic_in_the_log() {
+    if !can_boot("a_guest_kernel_panic_ends_its_helper_with_the_panic_in_the_log") {
+        return;
+    }
+    let env = kvm_env();
+    let sb = env.start("vm3", &["--backend", "kvm", "--keep"]);
+    let pid = sb.pid.unwrap();
+    let _ = sb.sh("echo c > /proc/sysrq-trigger");
+    assert!(
+        support::wait_gone(pid),
+        "the helper kept running after a guest panic"
+    );
+    let log = std::fs::read_to_string(env.runtime().join("vm3.log")).unwrap_or_default();
+    assert!(log.contains("panicked"), "{log}");
+    assert!(
+        log.contains("Kernel panic"),
+        "the console tail is in the report:\n{log}"
+    );
+}
+
+#[test]
+fn two_vcpus_boot_and_a_pty_exec_sees_the_callers_window_size() {
+    use nix::pty::{openpty, Winsize};
+    use std::io::Read;
+    use std::process::Stdio;
+    if !can_boot("two_vcpus_boot_and_a_pty_exec_sees_the_callers_window_size") {
+        return;
+    }
+    let env = kvm_env();
+    let sb = env.start("vm4", &["--backend", "kvm", "--cpus", "2"]);
+    assert_eq!(sb.exec(&["nproc"]).stdout, "2\n");
+    let size = Winsize {
+        ws_row: 33,
+        ws_col: 111,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = openpty(Some(&size), None).expect("openpty");
+    let mut c = env.cmd(["exec", "-t", "vm4", "--", "stty", "size"]);
+    c.stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stdout(Stdio::from(pty.slave))
+        .stderr(Stdio::piped());
+    let mut cli = support::KillOnDrop(c.spawn().unwrap());
+    drop(c);
+    let mut master = std::fs::File::from(pty.master);
+    let mut seen = String::new();
+    let start = Instant::now();
+    let mut buf = [0u8; 256];
+    while !seen.contains("33 111") && start.elapsed() < Duration::from_secs(60) {
+        match master.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    assert!(seen.contains("33 111"), "{seen:?}");
+    assert!(support::wait_exit(&mut cli.0).success());
 }
