@@ -9,4 +9,5 @@
 pub mod control;
 pub mod cowork;
 pub mod sandbox;
+pub mod sync;
 pub mod vmm;

@@ -143,9 +143,7 @@ pub fn error_code(msg: &str) -> i32 {
 type Writer = Arc<Mutex<FrameWriter<Stream>>>;
 
 fn send(w: &Writer, frame: &Frame) -> Result<(), ChannelError> {
-    w.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .write_frame(frame)
+    boxdesk::sync::lock(w).write_frame(frame)
 }
 
 /// Runs one exec on `session`, streaming it to this process's stdio, and

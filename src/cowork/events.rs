@@ -12,6 +12,7 @@
 //!
 //! This module owns ordering and the caps. It never drops an event.
 
+use crate::sync::lock;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -53,10 +54,6 @@ pub struct Events {
     drain: tokio::sync::Mutex<()>,
     /// The task serving the current subscriber.
     subscriber: Mutex<Option<AbortHandle>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Events {

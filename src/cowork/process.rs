@@ -10,6 +10,7 @@
 //! "running". Output events wait for room in the profile's queue, which is
 //! what back-pressures the process.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -107,10 +108,6 @@ pub enum ProcError {
     /// Its stdin queue is full: it is not reading.
     #[error("process {0} is not reading its stdin fast enough; try again later")]
     Backlog(String),
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What [`Procs::status`] reports.

@@ -6,6 +6,7 @@
 //! `isRunning`, `isGuestConnected`) and the events that go with it. A
 //! profile's files live under `<data>/boxdesk/cowork/<dir_name>/`.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,10 +109,6 @@ pub struct Profile {
     shared_ready: AtomicBool,
     /// Numbers the private-network sandboxes' run dirs; never reused.
     next_tag: std::sync::atomic::AtomicU32,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Profile {

@@ -16,6 +16,7 @@
 //! started it: each sandbox is started and waited for by a thread of its
 //! own that lives exactly as long as the sandbox.
 
+use crate::sync::lock;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -315,10 +316,6 @@ impl Drop for Sandbox {
             p.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn spec(layout: &Layout, net: &Net, run_dir: &Path, staged: bool) -> Result<Spec, SandboxError> {

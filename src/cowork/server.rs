@@ -8,6 +8,7 @@
 //! the profile's events. A bad frame ends only its own connection (after
 //! an error reply); nothing a peer sends can end the server.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -36,10 +37,6 @@ pub struct Server {
     profiles: Mutex<HashMap<ProfileKey, Arc<Profile>>>,
     last: Mutex<Option<ProfileKey>>,
     debug: DebugSwitch,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Server {

@@ -14,6 +14,7 @@
 //! state it did not create, and never report anything but the namespace
 //! backend's real posture (`backend namespace`, `isolation namespaces`).
 
+use crate::sync::lock;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
@@ -228,10 +229,6 @@ impl Sandbox for Shared {
     fn stop(&self) {
         self.teardown(0)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {

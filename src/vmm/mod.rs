@@ -12,6 +12,7 @@ pub mod arch;
 pub mod image;
 mod irq;
 
+use crate::sync::lock;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -114,7 +115,7 @@ struct Ending {
 impl Ending {
     /// Records the first end; later ones are ignored.
     fn set(&self, end: VmEnd) {
-        let mut e = self.end.lock().unwrap_or_else(|p| p.into_inner());
+        let mut e = lock(&self.end);
         if e.is_none() {
             *e = Some(end);
             self.stop.store(true, Ordering::SeqCst);
@@ -307,7 +308,7 @@ impl RunningVm {
 
     /// Waits up to `limit` for the VM to end.
     pub fn wait_timeout(&self, limit: Duration) -> Option<VmEnd> {
-        let guard = self.ending.end.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = lock(&self.ending.end);
         let (guard, _) = self
             .ending
             .cv
@@ -329,7 +330,7 @@ impl RunningVm {
     /// already.
     pub fn kill(&self) {
         self.ending.set(VmEnd::Killed);
-        for k in self.kicks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for k in lock(&self.kicks).iter() {
             k.kick();
         }
     }
@@ -347,7 +348,7 @@ impl Drop for RunningVm {
 }
 
 fn serial_tail(serial: &Mutex<Serial>) -> String {
-    let tail = serial.lock().unwrap_or_else(|p| p.into_inner()).tail();
+    let tail = lock(serial).tail();
     String::from_utf8_lossy(&tail).into_owned()
 }
 
@@ -385,10 +386,7 @@ fn vcpu_thread(
         let _ = ready.send(Err(e.into()));
         return;
     }
-    kicks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(vcpu.kick_handle());
+    lock(kicks).push(vcpu.kick_handle());
     let _ = ready.send(Ok(()));
     let (pio, mmio) = buses;
     let mut buf = [0u8; 8];

@@ -207,37 +207,52 @@ fn segments(
     }
 }
 
-/// Copies `buf.len()` bytes starting `offset` bytes into the segments.
-fn gather(
-    mem: &Memory,
+/// Walks `len` bytes starting `offset` bytes into the segments, calling
+/// `copy(guest address, range of the caller's buffer)` per piece; an
+/// address overflow or segments shorter than asked is a memory error.
+fn walk_segs(
     segs: &[(GuestAddress, usize)],
     mut offset: usize,
-    buf: &mut [u8],
+    len: usize,
+    mut copy: impl FnMut(GuestAddress, std::ops::Range<usize>) -> Result<(), ChainError>,
 ) -> Result<(), ChainError> {
     let mut done = 0;
-    for &(addr, len) in segs {
-        if done == buf.len() {
+    for &(addr, seg_len) in segs {
+        if done == len {
             break;
         }
-        if offset >= len {
-            offset -= len;
+        if offset >= seg_len {
+            offset -= seg_len;
             continue;
         }
-        let n = (len - offset).min(buf.len() - done);
+        let n = (seg_len - offset).min(len - done);
         let at = addr
             .0
             .checked_add(offset as u64)
             .ok_or(ChainError::Memory)?;
-        mem.read_slice(&mut buf[done..done + n], GuestAddress(at))
-            .map_err(|_| ChainError::Memory)?;
+        copy(GuestAddress(at), done..done + n)?;
         done += n;
         offset = 0;
     }
-    if done == buf.len() {
+    if done == len {
         Ok(())
     } else {
         Err(ChainError::Memory)
     }
+}
+
+/// Copies `buf.len()` bytes starting `offset` bytes into the segments.
+fn gather(
+    mem: &Memory,
+    segs: &[(GuestAddress, usize)],
+    offset: usize,
+    buf: &mut [u8],
+) -> Result<(), ChainError> {
+    let len = buf.len();
+    walk_segs(segs, offset, len, |at, r| {
+        mem.read_slice(&mut buf[r], at)
+            .map_err(|_| ChainError::Memory)
+    })
 }
 
 /// What a TX chain held.
@@ -315,31 +330,10 @@ impl RxBuffer {
         u32::try_from(HDR_LEN + payload.len()).map_err(|_| ChainError::Memory)
     }
 
-    fn scatter(&self, mem: &Memory, mut offset: usize, buf: &[u8]) -> Result<(), ChainError> {
-        let mut done = 0;
-        for &(addr, len) in &self.segs {
-            if done == buf.len() {
-                break;
-            }
-            if offset >= len {
-                offset -= len;
-                continue;
-            }
-            let n = (len - offset).min(buf.len() - done);
-            let at = addr
-                .0
-                .checked_add(offset as u64)
-                .ok_or(ChainError::Memory)?;
-            mem.write_slice(&buf[done..done + n], GuestAddress(at))
-                .map_err(|_| ChainError::Memory)?;
-            done += n;
-            offset = 0;
-        }
-        if done == buf.len() {
-            Ok(())
-        } else {
-            Err(ChainError::Memory)
-        }
+    fn scatter(&self, mem: &Memory, offset: usize, buf: &[u8]) -> Result<(), ChainError> {
+        walk_segs(&self.segs, offset, buf.len(), |at, r| {
+            mem.write_slice(&buf[r], at).map_err(|_| ChainError::Memory)
+        })
     }
 }
 
