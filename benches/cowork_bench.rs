@@ -204,6 +204,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    if !cfg!(target_os = "linux") {
+        println!("skipped: cowork is the Linux desktop helper");
+        return;
+    }
     let srv = Server::start();
     let mut pipe = UnixStream::connect(&srv.sock).unwrap();
     let mut ev = UnixStream::connect(&srv.sock).unwrap();

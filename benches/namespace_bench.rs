@@ -156,6 +156,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    if !cfg!(target_os = "linux") {
+        println!("skipped: the namespace backend needs Linux");
+        return;
+    }
     let env = Env::new();
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("boxdesk namespace bench ({})", bin().display());

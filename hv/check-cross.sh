@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Type-checks and lints boxdesk-hv for the targets this machine cannot run:
+# Type-checks and lints, for the targets this machine cannot run, boxdesk-hv
+# (its tests and bench too) and the root package boxdesk (lib, bin, tests,
+# benches; checking it checks every workspace crate it depends on):
 #
-#   aarch64-apple-darwin        the Hypervisor.framework backend (never runs here)
-#   aarch64-unknown-linux-gnu   the KVM arm64 half
+#   aarch64-apple-darwin        the Hypervisor.framework backend (never runs
+#                               here) and boxdesk on macOS, where the
+#                               Linux-only parts (namespace backend, cowork)
+#                               are gated off
+#   aarch64-unknown-linux-gnu   the KVM arm64 half and the aarch64 VMM
 #
 # rustup here has only the x86_64 std, so Debian's Rust builds std for each
 # target from source (-Zbuild-std; /work/shared/TOOLCHAIN.md). Nothing is
 # linked or run. Idempotent: installs what is missing, keeps the std builds in
 # $BOXDESK_CACHE/cross-check (default /var/cache/boxdesk) between runs.
 #
-#   hv/check-cross.sh                 both targets, lib + tests + bench
+#   hv/check-cross.sh                 both targets, every target kind
 #   hv/check-cross.sh TARGET...       just those
 #
 # Exit status: 0 when cargo check and cargo clippy -D warnings pass for every
@@ -40,11 +45,11 @@ for target in "${targets[@]}"; do
   for tool in check clippy; do
     lints=()
     [ "$tool" = clippy ] && lints=(-- -D warnings)
-    say "cargo $tool --target $target -p boxdesk-hv"
+    say "cargo $tool --target $target -p boxdesk-hv -p boxdesk"
     # Debian's cargo (with its std source) must shadow rustup's, only here.
     PATH=/usr/bin:$PATH RUSTC_BOOTSTRAP=1 cargo "$tool" \
-      -Zbuild-std=std,panic_unwind,test --target "$target" -p boxdesk-hv --all-targets \
-      --target-dir "$cache/cross-check" "${lints[@]}"
+      -Zbuild-std=std,panic_unwind,test --target "$target" -p boxdesk-hv -p boxdesk \
+      --all-targets --target-dir "$cache/cross-check" "${lints[@]}"
   done
 done
 say "ok: ${targets[*]}"

@@ -1,24 +1,41 @@
 #!/usr/bin/env bash
 # Builds the guest image for one arch:
-#   images/build.sh x86_64
-# Output, in target/images/<arch>/: vmlinux, bzImage, initramfs.cpio.gz,
-# manifest (key=value lines), next to the agent from images/build-agent.sh.
+#   images/build.sh x86_64|aarch64
+# Output, in target/images/<arch>/: the kernel (x86_64: vmlinux and bzImage;
+# aarch64: the raw arm64 Image the VMM loads), initramfs.cpio.gz, manifest
+# (key=value lines), next to the agent from images/build-agent.sh.
 #
 # The kernel is Debian's linux-source-6.1 with tinyconfig + images/<arch>/
-# kernel.config (../shared/TOOLCHAIN.md, "Guest kernel"). The source is
+# kernel.config (../shared/TOOLCHAIN.md, "Guest kernel"), cross-built when
+# the host differs (aarch64 on x86_64: ARCH=arm64
+# CROSS_COMPILE=aarch64-linux-gnu-, gcc-aarch64-linux-gnu). The source is
 # unpacked once per package version under $BOXDESK_CACHE/images/src; the
 # kernel is built out of tree in $BOXDESK_CACHE/images/<arch>/<key>, where
-# <key> hashes the fragment, the package version and this script, so a run
-# with nothing changed reuses it and takes seconds. The initramfs (agent as
-# /init, Debian's busybox-static) is rebuilt whenever its inputs change; it
-# is reproducible (fixed mtimes, sorted, gzip -n).
+# <key> hashes the arch, the fragment, the package version and this script,
+# so a run with nothing changed reuses it and takes seconds. The initramfs
+# (agent as /init, Debian's busybox-static of the guest arch) is rebuilt
+# whenever its inputs change; it is reproducible (fixed mtimes, sorted,
+# gzip -n). A foreign-arch busybox (busybox-static:arm64 on an amd64 host)
+# is fetched with apt-get download into $BOXDESK_CACHE/images/busybox and
+# listed under qemu-user (qemu-aarch64-static) for its applet links.
 set -euo pipefail
 
 arch=${1:-}
+# karch: the kernel's ARCH; ktarget: what make builds; kfiles: what is
+# copied out of the build tree; deb_arch: Debian's name; cross and
+# cross_pkg: CROSS_COMPILE and its compiler, used when the host differs.
 case "$arch" in
-  x86_64) ;;
-  aarch64) echo "not yet: the aarch64 image is another issue" >&2; exit 2 ;;
-  *) echo "usage: $0 x86_64" >&2; exit 2 ;;
+  x86_64)
+    karch=x86_64 ktarget=bzImage deb_arch=amd64
+    kfiles=(vmlinux arch/x86/boot/bzImage)
+    cross=x86_64-linux-gnu- cross_pkg=gcc-x86-64-linux-gnu
+    ;;
+  aarch64)
+    karch=arm64 ktarget=Image deb_arch=arm64
+    kfiles=(arch/arm64/boot/Image)
+    cross=aarch64-linux-gnu- cross_pkg=gcc-aarch64-linux-gnu
+    ;;
+  *) echo "usage: $0 x86_64|aarch64" >&2; exit 2 ;;
 esac
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,11 +54,28 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
+host_deb_arch=$(dpkg --print-architecture)
+native=0
+[ "$deb_arch" != "$host_deb_arch" ] || native=1
+# Runs a binary of the guest arch: natively, or under qemu-user.
+run_guest() {
+  if [ "$native" = 1 ]; then "$@"; else "qemu-$arch-static" "$@"; fi
+}
+# candidate PKG:ARCH -> the version apt would fetch ('' when apt knows none)
+candidate() {
+  apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ { if ($2 != "(none)") print $2; exit }'
+}
 
 # --- packages ---------------------------------------------------------------
 phase "packages"
+pkgs=("$src_pkg" bc flex bison libelf-dev libssl-dev cpio gzip xz-utils make gcc libc6-dev file)
+if [ "$native" = 1 ]; then
+  pkgs+=(busybox-static)
+else
+  pkgs+=("$cross_pkg" qemu-user-static)
+fi
 need=()
-for p in "$src_pkg" bc flex bison libelf-dev libssl-dev busybox-static cpio gzip xz-utils make gcc libc6-dev file; do
+for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -53,8 +87,47 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 src_ver=$(dpkg-query -W -f='${Version}' "$src_pkg")
 [ -f "$src_tarball" ] || die "$src_tarball is missing (is $src_pkg installed?)"
-busybox=/bin/busybox
+
+# --- busybox of the guest arch ----------------------------------------------
+# The host's busybox-static when the arches match; otherwise Debian's
+# busybox-static:<deb_arch> (the candidate apt knows), downloaded once and
+# unpacked into $cache/images/busybox/<deb_arch>-<version>/busybox.
+if [ "$native" = 1 ]; then
+  busybox=/bin/busybox
+  busybox_version=$(dpkg-query -W -f='${Version}' busybox-static)
+else
+  if ! dpkg --print-foreign-architectures | grep -qx "$deb_arch"; then
+    phase "  dpkg --add-architecture $deb_arch"
+    as_root dpkg --add-architecture "$deb_arch"
+    as_root apt-get update -qq
+  fi
+  busybox_version=$(candidate "busybox-static:$deb_arch")
+  if [ -z "$busybox_version" ]; then
+    as_root apt-get update -qq
+    busybox_version=$(candidate "busybox-static:$deb_arch")
+  fi
+  [ -n "$busybox_version" ] || die "apt knows no busybox-static:$deb_arch"
+  bbdir=$cache/images/busybox/$deb_arch-${busybox_version//:/_}
+  busybox=$bbdir/busybox
+  if [ ! -x "$busybox" ]; then
+    phase "  apt-get download busybox-static:$deb_arch=$busybox_version"
+    bbtmp=$(mktemp -d "${TMPDIR:-/tmp}/boxdesk-busybox.XXXXXX")
+    # apt-get download writes into the cwd; _apt cannot write to this
+    # private temp dir, which apt reports as a harmless "unsandboxed" notice.
+    (cd "$bbtmp" && apt-get download -qq "busybox-static:$deb_arch=$busybox_version" 2>&1 |
+      { grep -v '^W: Download is performed unsandboxed' >&2 || true; })
+    deb=$(find "$bbtmp" -maxdepth 1 -name 'busybox-static_*.deb' | head -n 1)
+    [ -n "$deb" ] || die "apt-get download busybox-static:$deb_arch=$busybox_version produced no .deb"
+    dpkg-deb -x "$deb" "$bbtmp/x"
+    mkdir -p "$bbdir"
+    install -m 0755 "$bbtmp/x/bin/busybox" "$busybox.part"
+    mv "$busybox.part" "$busybox"
+    rm -rf "$bbtmp"
+  fi
+fi
+case "$arch" in x86_64) elf_machine=x86-64 ;; aarch64) elf_machine=aarch64 ;; esac
 file -b "$busybox" | grep -q 'statically linked' || die "$busybox is not static (busybox-static?)"
+file -b "$busybox" | grep -q "$elf_machine" || die "$busybox is not an $arch binary: $(file -b "$busybox")"
 
 # --- cache key and lock -----------------------------------------------------
 key=$(printf '%s\n' "$arch" "$src_pkg=$src_ver" "$(sha "$fragment")" "$(sha "$here/build.sh")" |
@@ -68,6 +141,8 @@ flock 9
 
 # --- kernel -----------------------------------------------------------------
 src=$cache/images/src/${src_pkg}_$src_ver
+kvars=(ARCH="$karch")
+[ "$native" = 1 ] || kvars+=(CROSS_COMPILE="$cross")
 if [ -f "$work/kernel.done" ]; then
   phase "kernel: cached ($work)"
 else
@@ -79,7 +154,7 @@ else
     mv "$src.tmp/$src_pkg" "$src"
     rmdir "$src.tmp"
   fi
-  kmake() { make -C "$src" O="$kbuild" ARCH=x86_64 "$@" >>"$log" 2>&1; }
+  kmake() { make -C "$src" O="$kbuild" "${kvars[@]}" "$@" >>"$log" 2>&1; }
   fail() {
     echo "---- tail of $log ----" >&2
     tail -n 40 "$log" >&2
@@ -89,7 +164,7 @@ else
   : >"$log"
   phase "kernel config: tinyconfig + ${fragment#"$root"/} (log: $log)"
   kmake tinyconfig || fail "make tinyconfig failed"
-  (cd "$src" && ARCH=x86_64 scripts/kconfig/merge_config.sh -m -O "$kbuild" \
+  (cd "$src" && env "${kvars[@]}" scripts/kconfig/merge_config.sh -m -O "$kbuild" \
     "$kbuild/.config" "$fragment") >>"$log" 2>&1 || fail "merge_config.sh failed"
   kmake olddefconfig || fail "make olddefconfig failed"
 
@@ -117,15 +192,18 @@ else
     exit 1
   fi
 
-  phase "kernel build: make -j$(nproc) bzImage (log: $log)"
-  kmake -j"$(nproc)" bzImage || fail "kernel build failed"
-  make -s -C "$src" O="$kbuild" ARCH=x86_64 kernelrelease >"$work/kernelrelease" ||
+  phase "kernel build: make ${kvars[*]} -j$(nproc) $ktarget (log: $log)"
+  kmake -j"$(nproc)" "$ktarget" || fail "kernel build failed"
+  make -s -C "$src" O="$kbuild" "${kvars[@]}" kernelrelease >"$work/kernelrelease" ||
     fail "make kernelrelease failed"
   touch "$work/kernel.done"
 fi
 krel=$(cat "$work/kernelrelease")
-install -m 0644 "$kbuild/vmlinux" "$out/vmlinux"
-install -m 0644 "$kbuild/arch/x86/boot/bzImage" "$out/bzImage"
+outs=()
+for f in "${kfiles[@]}"; do
+  install -m 0644 "$kbuild/$f" "$out/${f##*/}"
+  outs+=("${f##*/}")
+done
 
 # Keep the three most recent kernel builds of this arch, drop older ones.
 find "$cache/images/$arch" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
@@ -151,7 +229,7 @@ initramfs=$work/initramfs-$ikey.cpio.gz
 if [ -f "$initramfs" ]; then
   phase "initramfs: cached"
 else
-  phase "initramfs: agent as /init, busybox $(dpkg-query -W -f='${Version}' busybox-static)"
+  phase "initramfs: agent as /init, busybox-static:$deb_arch $busybox_version"
   stage=$(mktemp -d "$work/stage.XXXXXX")
   trap 'rm -rf "$stage"' EXIT
   (
@@ -163,7 +241,8 @@ else
     install -m 0755 "$agent" init
     ln init usr/local/bin/guest-agent
     install -m 0755 "$busybox" bin/busybox
-    "$busybox" --list | while IFS= read -r applet; do
+    applets=$(run_guest "$busybox" --list) || die "$busybox --list failed"
+    printf '%s\n' "$applets" | while IFS= read -r applet; do
       case "$applet" in
         busybox | init | linuxrc) ;;
         *) [ -e "bin/$applet" ] || ln -s busybox "bin/$applet" ;;
@@ -199,16 +278,17 @@ phase "manifest"
   echo "cache_key=$key"
   echo "kernel_fragment_sha256=$(sha "$fragment")"
   echo "kernel_config_sha256=$(sha "$kbuild/.config")"
-  echo "vmlinux_sha256=$(sha "$out/vmlinux")"
-  echo "bzImage_sha256=$(sha "$out/bzImage")"
+  for f in "${outs[@]}"; do
+    echo "${f}_sha256=$(sha "$out/$f")"
+  done
   echo "initramfs_sha256=$(sha "$out/initramfs.cpio.gz")"
   echo "agent_sha256=$(sha "$agent")"
-  echo "busybox_version=$(dpkg-query -W -f='${Version}' busybox-static)"
+  echo "busybox_version=$busybox_version"
   echo "build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$out/manifest.tmp"
 mv "$out/manifest.tmp" "$out/manifest"
 
-for f in vmlinux bzImage initramfs.cpio.gz; do
+for f in "${outs[@]}" initramfs.cpio.gz; do
   phase "  $out/$f $(stat -c %s "$out/$f") bytes"
 done
 phase "done: $arch image, kernel $krel"

@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
 # Checks the guest image independent of boxdesk's VMM:
-#   images/check-qemu.sh x86_64
-# Boots target/images/<arch> (images/build.sh) under qemu TCG, microvm
-# machine, with a vhost-user vsock device served by vhost-device-vsock (the
-# same hybrid `CONNECT <port>\n` -> `OK <port>\n` socket the VMM serves;
+#   images/check-qemu.sh x86_64|aarch64
+# Boots target/images/<arch> (images/build.sh) under qemu TCG (x86_64: the
+# bzImage on the microvm machine, console ttyS0; aarch64: the Image on the
+# virt machine with a GICv3 and a cortex-a72, console ttyAMA0) with a
+# vhost-user vsock device served by vhost-device-vsock (the same hybrid
+# `CONNECT <port>\n` -> `OK <port>\n` socket the VMM serves;
 # ../shared/TOOLCHAIN.md, "Images under emulation"), waits for the guest
 # agent on vsock port 1024 and runs `uname -m` through the channel client
-# example (channel/examples/agch.rs). Fails, printing the serial console,
-# if that does not work within $CHECK_TIMEOUT seconds (120).
+# example (channel/examples/agch.rs); it must print the arch. Fails,
+# printing the serial console, if that does not work within
+# $CHECK_TIMEOUT seconds (120). With $CHECK_CONSOLE set, the serial console
+# is also copied to that file when the script ends, pass or fail.
 #
-# Tools it installs when missing: qemu-system-x86 (apt), vhost-device-vsock
-# (cargo install into $BOXDESK_CACHE/tools). agch is built with its own
-# target dir ($BOXDESK_IMAGES_TARGET_DIR, default $BOXDESK_CACHE/images/
-# host-target) so it never waits on the workspace's target lock.
+# Tools it installs when missing: qemu-system-x86 or qemu-system-arm (apt),
+# vhost-device-vsock (cargo install into $BOXDESK_CACHE/tools). agch is
+# built with its own target dir ($BOXDESK_IMAGES_TARGET_DIR, default
+# $BOXDESK_CACHE/images/host-target) so it never waits on the workspace's
+# target lock.
 set -euo pipefail
 
 arch=${1:-}
+# qemu_pkg: the Debian package with qemu-system-$arch; kernel: the file
+# booted; machine: qemu's machine and CPU; console: the serial tty.
+# x86_64, acpi=off: qemu then announces the virtio-mmio devices on the
+# kernel command line (virtio_mmio.device=...), which is how our kernel
+# finds them. aarch64: the device tree qemu generates describes them.
+# vhost-user needs guest RAM in shared memory (memory-backend=mem: memfd,
+# share=on).
 case "$arch" in
-  x86_64) ;;
-  aarch64) echo "not yet: the aarch64 image is another issue" >&2; exit 2 ;;
-  *) echo "usage: $0 x86_64" >&2; exit 2 ;;
+  x86_64)
+    qemu_pkg=qemu-system-x86 kernel=bzImage console=ttyS0
+    machine=(-M "microvm,acpi=off,memory-backend=mem")
+    cmdline="console=$console reboot=k panic=-1"
+    ;;
+  aarch64)
+    qemu_pkg=qemu-system-arm kernel=Image console=ttyAMA0
+    machine=(-M "virt,gic-version=3,memory-backend=mem" -cpu cortex-a72 -nic none)
+    cmdline="console=$console panic=-1"
+    ;;
+  *) echo "usage: $0 x86_64|aarch64" >&2; exit 2 ;;
 esac
+qemu=qemu-system-$arch
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${BOXDESK_CACHE:-/var/cache/boxdesk}
@@ -41,16 +62,16 @@ since() {
   echo "$((ds / 10)).$((ds % 10))"
 }
 
-for f in bzImage initramfs.cpio.gz; do
+for f in "$kernel" initramfs.cpio.gz; do
   [ -f "$images/$f" ] || die "$images/$f is missing: run images/build.sh $arch first"
 done
 
 # --- tools ------------------------------------------------------------------
-if ! command -v qemu-system-x86_64 >/dev/null; then
-  say "apt-get install qemu-system-x86"
-  if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 >/dev/null; then
+if ! command -v "$qemu" >/dev/null; then
+  say "apt-get install $qemu_pkg"
+  if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$qemu_pkg" >/dev/null; then
     as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$qemu_pkg" >/dev/null
   fi
 fi
 vhu=$(command -v vhost-device-vsock || echo "$cache/tools/bin/vhost-device-vsock")
@@ -66,20 +87,21 @@ agch=$host_target/debug/examples/agch
 
 # --- boot -------------------------------------------------------------------
 dir=$(mktemp -d "${TMPDIR:-/tmp}/boxdesk-check-qemu.XXXXXX")
-console=$dir/console.log
+console_log=$dir/console.log
 vhu_pid=
 qemu_pid=
 cleanup() {
   [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
   [ -z "$vhu_pid" ] || kill "$vhu_pid" 2>/dev/null || true
   wait 2>/dev/null || true
+  [ -z "${CHECK_CONSOLE:-}" ] || cp "$console_log" "$CHECK_CONSOLE" 2>/dev/null || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
 fail() {
   echo "check-qemu: FAILED: $*" >&2
   echo "---- serial console ($arch, $(since "$start") s) ----" >&2
-  cat "$console" >&2 2>/dev/null || true
+  cat "$console_log" >&2 2>/dev/null || true
   echo "---- vhost-device-vsock ----" >&2
   cat "$dir/vhu.log" >&2 2>/dev/null || true
   exit 1
@@ -93,17 +115,14 @@ for _ in $(seq 50); do
 done
 [ -S "$dir/vhu.sock" ] || fail "vhost-device-vsock did not create its socket"
 
-# acpi=off: qemu then announces the virtio-mmio devices on the kernel
-# command line (virtio_mmio.device=...), which is how our kernel finds them.
-# vhost-user needs guest RAM in shared memory (memfd, share=on).
-say "booting $images/bzImage under qemu-system-x86_64 -accel tcg -M microvm"
+say "booting $images/$kernel under $qemu -accel tcg ${machine[*]} (console $console)"
 boot=$EPOCHREALTIME
-qemu-system-x86_64 -accel tcg -M microvm,acpi=off,memory-backend=mem \
+"$qemu" -accel tcg "${machine[@]}" \
   -object memory-backend-memfd,id=mem,size=512M,share=on -m 512M -smp 1 \
-  -display none -monitor none -serial "file:$console" -no-reboot \
+  -display none -monitor none -serial "file:$console_log" -no-reboot \
   -chardev socket,id=c0,path="$dir/vhu.sock" -device vhost-user-vsock-device,chardev=c0 \
-  -kernel "$images/bzImage" -initrd "$images/initramfs.cpio.gz" \
-  -append "console=ttyS0 reboot=k panic=-1" >"$dir/qemu.log" 2>&1 &
+  -kernel "$images/$kernel" -initrd "$images/initramfs.cpio.gz" \
+  -append "$cmdline" >"$dir/qemu.log" 2>&1 &
 qemu_pid=$!
 
 deadline=$((SECONDS + timeout))

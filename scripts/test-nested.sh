@@ -8,8 +8,8 @@
 #    real KVM: kvm-amd and KVM arm64) built static and run inside L1;
 #    every `test result:` line must say ok.
 # 4. boxdesk's VM tests (tests/vm: full boots of our VMM with the image of
-#    images/build.sh) built static and run inside the x86_64 L1; none may
-#    skip there.
+#    images/build.sh) built static and run inside the L1 of each arch (KVM
+#    x86_64 and KVM arm64); none may skip there.
 # 5. The boot benchmark (printed, not asserted).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,31 +45,33 @@ for crate in boxdesk-channel boxdesk-hv; do
   done
 done
 
-step "boxdesk's VM tests inside L1 (x86_64): our VMM boots our image on real KVM"
-if [ -f target/images/x86_64/initramfs.cpio.gz ]; then
+for arch in x86_64 aarch64; do
+  step "boxdesk's VM tests inside L1 ($arch): our VMM boots our image on real KVM"
+  images=target/images/$arch
+  if [ ! -f "$images/initramfs.cpio.gz" ]; then
+    echo "nested: no $arch image (bash images/build.sh $arch runs before this in scripts/test.sh)" >&2
+    exit 1
+  fi
   # A small ext4 root file system for the --rootfs test: the initramfs's
   # files plus /marker.
-  rootfs=target/images/x86_64/test-rootfs.ext4
+  rootfs=$images/test-rootfs.ext4
   tree=$(mktemp -d)
-  (cd "$tree" && zcat "$root/target/images/x86_64/initramfs.cpio.gz" | cpio -id --quiet)
+  (cd "$tree" && zcat "$root/$images/initramfs.cpio.gz" | cpio -id --quiet)
   echo boxdesk-rootfs >"$tree/marker"
   rm -f "$rootfs"
   /sbin/mke2fs -q -t ext4 -d "$tree" "$rootfs" 64M
   rm -rf "$tree"
   log=$(mktemp)
   rc=0
-  bash tests/nested/cargo-test.sh x86_64 --timeout 1500 -p boxdesk --test tests -- vm:: --nocapture 2>&1 | tee "$log" || rc=$?
+  bash tests/nested/cargo-test.sh "$arch" --timeout 1500 -p boxdesk --test tests -- vm:: --nocapture 2>&1 | tee "$log" || rc=$?
   oks=$(grep -c '^test result: ok\. ' "$log" || true)
   skips=$(grep '^skipped: ' "$log" | grep -vc 'this KVM can boot VMs' || true)
   rm -f "$log"
   if [ "$rc" != 0 ] || [ "$oks" = 0 ] || [ "$skips" != 0 ]; then
-    echo "nested: boxdesk VM tests in L1: exit $rc, ok lines $oks, unexpected skips $skips" >&2
+    echo "nested: boxdesk VM tests in L1 ($arch): exit $rc, ok lines $oks, unexpected skips $skips" >&2
     exit 1
   fi
-else
-  echo "nested: no x86_64 image (bash images/build.sh x86_64 runs before this in scripts/test.sh)" >&2
-  exit 1
-fi
+done
 
 step "benchmark: host wall time from qemu start to CMD running in L1"
 bash tests/nested/bench.sh 1

@@ -3,9 +3,12 @@
 #   bash scripts/test.sh
 # Steps: setup, fmt, clippy (workspace), the workspace's tests as root,
 # static musl agents for x86_64 and aarch64 (the aarch64 one runs under
-# qemu-aarch64-static for one real exec), the nested-KVM harness on both
-# arches, the namespace/cowork end-to-end tests again as an unprivileged
-# user, and the fuzz target's regressions.
+# qemu-aarch64-static for one real exec), the guest images of both arches
+# (images/build.sh) booted under qemu TCG (images/check-qemu.sh), the
+# nested-KVM harness on both arches, the namespace/cowork end-to-end tests
+# again as an unprivileged user, the release configuration
+# (scripts/test-dist.sh: cargo-dist's plan and a host archive) and the fuzz
+# target's regressions.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,7 +34,7 @@ step "cargo test (as $(id -un))"
 # The nested-KVM self-tests run in their own step below, with their setup.
 BOXDESK_NESTED=0 cargo test --workspace --locked
 
-step "boxdesk-hv for aarch64-apple-darwin (HVF) and aarch64-unknown-linux-gnu (KVM arm64): check + clippy"
+step "boxdesk-hv and boxdesk for aarch64-apple-darwin (HVF, macOS) and aarch64-unknown-linux-gnu (KVM arm64): check + clippy"
 bash hv/check-cross.sh
 
 step "static guest agents"
@@ -39,15 +42,20 @@ bash images/build-agent.sh x86_64
 bash images/build-agent.sh aarch64
 bash scripts/agent-smoke.sh
 
-step "x86_64 guest image (kernel + initramfs) and its check under qemu TCG"
-bash images/build.sh x86_64
-bash images/check-qemu.sh x86_64
+step "guest images (kernel + initramfs), x86_64 and aarch64, and their check under qemu TCG"
+for arch in x86_64 aarch64; do
+  bash images/build.sh "$arch"
+  bash images/check-qemu.sh "$arch"
+done
 
 step "nested KVM harness: real KVM for x86_64 and aarch64 under qemu TCG"
 bash scripts/test-nested.sh
 
 step "end-to-end tests as an unprivileged user"
 bash scripts/test-unprivileged.sh
+
+step "release: dist plan (every target), the host's dist archive and its --version, the image archive"
+bash scripts/test-dist.sh
 
 step "fuzz regressions"
 if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/null; then

@@ -11,7 +11,20 @@ mod cli;
 fn main() {
     let mut args = std::env::args_os();
     if args.nth(1).is_some_and(|a| a == "__agent") {
-        boxdesk_guest_agent::main_with_args(std::env::args_os().skip(2));
+        agent();
     }
     std::process::exit(cli::main());
+}
+
+/// `boxdesk __agent …`: the guest agent, linked in (Linux only).
+#[cfg(target_os = "linux")]
+fn agent() -> ! {
+    boxdesk_guest_agent::main_with_args(std::env::args_os().skip(2))
+}
+
+/// `boxdesk __agent …` off Linux: the agent serves Linux sandboxes only.
+#[cfg(not(target_os = "linux"))]
+fn agent() -> ! {
+    eprintln!("boxdesk: __agent is the guest agent, which runs only on Linux");
+    std::process::exit(cli::EXIT_BOXDESK)
 }

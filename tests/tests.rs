@@ -1,7 +1,8 @@
 //! Integration tests of the `boxdesk` binary, one binary with a module per
 //! area: `control` (the control and agent sockets), `cli` (commands, exit
-//! codes, bad input), `namespace` (what a sandbox can and cannot see), and
-//! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`).
+//! codes, bad input), `namespace` (what a sandbox can and cannot see),
+//! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`), and
+//! `release` (the release assets in `dist/`).
 //!
 //! Every test drives the real binary — `$BOXDESK_BIN`, else the one cargo
 //! built — with its own fresh `XDG_RUNTIME_DIR`, `XDG_STATE_HOME` and
@@ -9,11 +10,23 @@
 //! as root and as an unprivileged user (`runuser -u nobody`), where bwrap
 //! takes the user-namespace path. Tests that need root print
 //! `skipped: needs root …` otherwise.
+//!
+//! The modules that start sandboxes are Linux-only, gated here: they run on
+//! the namespace backend (`cli`, `control`, `namespace`, `cowork`) or on
+//! KVM (`vm`, `nested`); elsewhere only `release` runs.
 
+#[cfg(target_os = "linux")]
 mod cli;
+#[cfg(target_os = "linux")]
 mod control;
+#[cfg(target_os = "linux")]
 mod cowork;
+#[cfg(target_os = "linux")]
 mod namespace;
+#[cfg(target_os = "linux")]
 mod nested;
+mod release;
+#[cfg(target_os = "linux")]
 mod support;
+#[cfg(target_os = "linux")]
 mod vm;

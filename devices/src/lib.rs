@@ -7,7 +7,13 @@
 //! * [`virtio`] — the virtio-mmio (v2) transport and the [`virtio::VirtioDevice`]
 //!   contract; [`vsock`] (virtio-vsock with the hybrid Unix-socket muxer)
 //!   and [`blk`] (virtio-blk over a raw file) implement it;
-//! * [`serial`] — the 8250 UART (`vm-superio`); [`i8042`] — the reset line.
+//! * [`serial`] — the 8250 UART (`vm-superio`), x86_64's console;
+//!   [`i8042`] — the reset line;
+//! * [`pl011`] — the Arm PL011 UART, aarch64's console; [`pl031`] — the
+//!   Arm PL031 real-time clock (`vm-superio`);
+//! * [`console`] — what both console UARTs share: the [`console::Console`]
+//!   trait the VMM holds either by, the output tail and the bounded input
+//!   queue.
 //!
 //! Devices never panic on what a guest writes: a bad descriptor chain marks
 //! the device broken (`NEEDS_RESET`) and nothing outside guest memory is
@@ -16,8 +22,11 @@
 
 pub mod blk;
 pub mod bus;
+pub mod console;
 pub mod i8042;
 pub mod irq;
+pub mod pl011;
+pub mod pl031;
 pub mod serial;
 pub mod virtio;
 pub mod vsock;

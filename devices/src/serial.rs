@@ -3,18 +3,19 @@
 //! or anywhere on an MMIO bus (one-byte registers, no shift).
 //!
 //! Owns: the UART registers, the output writer the VMM hands in (a log file
-//! or the terminal), the last [`TAIL_BYTES`] of output (for the VMM to show
-//! when a guest panics), console input waiting for room in the 64-byte
+//! or the terminal) with the last [`TAIL_BYTES`] of output (for the VMM to
+//! show when a guest panics), console input waiting for room in the 64-byte
 //! receive FIFO (at most [`MAX_PENDING_INPUT`] bytes), and the interrupt
-//! line (through a [`Trigger`] over [`IrqLine`]).
+//! line (through a [`Trigger`] over [`IrqLine`]). The tail and the input
+//! queue are [`console`](crate::console)'s, shared with the PL011; the VMM
+//! may hold the UART as a [`Console`].
 //!
 //! Must never: panic on any access (wider accesses and offsets beyond the
 //! eight registers read as 0 and are ignored), block the vCPU on anything
 //! but the output writer, or grow without bound on input or output.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::io::{self, Write};
+use std::io::Write;
 use std::sync::Arc;
 
 use tracing::debug;
@@ -22,16 +23,14 @@ use vm_superio::serial::NoEvents;
 use vm_superio::{Serial as Uart, Trigger};
 
 use crate::bus::BusDevice;
+use crate::console::{Console, PendingInput, TailWriter};
+pub use crate::console::{MAX_PENDING_INPUT, TAIL_BYTES};
 use crate::irq::IrqLine;
 
 /// COM1's first port.
 pub const SERIAL_PORT_BASE: u64 = 0x3f8;
 /// The UART's eight registers.
 pub const SERIAL_PORT_LEN: u64 = 8;
-/// How much of the latest output [`Serial::tail`] keeps.
-pub const TAIL_BYTES: usize = 4096;
-/// How much console input may wait for the guest to read; more is dropped.
-pub const MAX_PENDING_INPUT: usize = 64 << 10;
 
 /// What the UART ignored or lost (debug logs only: the guest never sees an
 /// error).
@@ -65,31 +64,10 @@ impl Trigger for IrqTrigger {
     }
 }
 
-/// The output writer plus a ring of the last [`TAIL_BYTES`] written.
-struct TailWriter {
-    out: Box<dyn Write + Send>,
-    tail: VecDeque<u8>,
-}
-
-impl Write for TailWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let keep = &buf[buf.len().saturating_sub(TAIL_BYTES)..];
-        let overflow = (self.tail.len() + keep.len()).saturating_sub(TAIL_BYTES);
-        self.tail.drain(..overflow);
-        self.tail.extend(keep);
-        self.out.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
-    }
-}
-
 /// The UART, its output tail and its pending console input.
 pub struct Serial {
     uart: Uart<IrqTrigger, NoEvents, TailWriter>,
-    pending: VecDeque<u8>,
+    pending: PendingInput,
 }
 
 impl std::fmt::Debug for Serial {
@@ -103,13 +81,9 @@ impl std::fmt::Debug for Serial {
 impl Serial {
     /// A UART writing the guest's output to `out` and raising `irq`.
     pub fn new(out: Box<dyn Write + Send>, irq: Arc<dyn IrqLine>) -> Self {
-        let writer = TailWriter {
-            out,
-            tail: VecDeque::with_capacity(TAIL_BYTES),
-        };
         Self {
-            uart: Uart::new(IrqTrigger(irq), writer),
-            pending: VecDeque::new(),
+            uart: Uart::new(IrqTrigger(irq), TailWriter::new(out)),
+            pending: PendingInput::default(),
         }
     }
 
@@ -117,29 +91,25 @@ impl Serial {
     /// interrupt if the guest enabled it) and keeps the rest until the
     /// guest has read room free.
     pub fn enqueue_input(&mut self, bytes: &[u8]) {
-        let room = MAX_PENDING_INPUT.saturating_sub(self.pending.len());
-        if bytes.len() > room {
-            debug!("serial: {}", SerialError::InputDropped(bytes.len() - room));
+        let dropped = self.pending.push(bytes);
+        if dropped > 0 {
+            debug!("serial: {}", SerialError::InputDropped(dropped));
         }
-        self.pending.extend(&bytes[..bytes.len().min(room)]);
         self.fill_fifo();
     }
 
     /// The last (up to) [`TAIL_BYTES`] bytes the guest wrote, oldest first.
     pub fn tail(&self) -> Vec<u8> {
-        self.uart.writer().tail.iter().copied().collect()
+        self.uart.writer().tail()
     }
 
     /// Moves pending input into the FIFO while it has room.
     fn fill_fifo(&mut self) {
         while !self.pending.is_empty() && self.uart.fifo_capacity() > 0 {
-            let (front, _) = self.pending.as_slices();
-            match self.uart.enqueue_raw_bytes(front) {
+            match self.uart.enqueue_raw_bytes(self.pending.front()) {
                 // 0: loopback mode, where input is not received.
                 Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    self.pending.drain(..n.min(self.pending.len()));
-                }
+                Ok(n) => self.pending.consume(n),
             }
         }
     }
@@ -183,8 +153,19 @@ impl BusDevice for Serial {
     }
 }
 
+impl Console for Serial {
+    fn tail(&self) -> Vec<u8> {
+        Serial::tail(self)
+    }
+
+    fn enqueue_input(&mut self, bytes: &[u8]) {
+        Serial::enqueue_input(self, bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::io;
     use std::sync::Mutex;
 
     use super::*;

@@ -111,6 +111,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks what is here
     }
+    if !cfg!(target_os = "linux") {
+        println!("skipped: the agent runs only on Linux");
+        return;
+    }
     let agent = Agent::start();
     let part = std::env::var("AGENT_BENCH").unwrap_or_default();
     if part != "throughput" {
@@ -214,6 +218,17 @@ fn through_agent(agent: &Agent) -> Duration {
     start.elapsed()
 }
 
+/// `F_SETPIPE_SZ`, as the agent does (Linux only; the bench does not run
+/// elsewhere).
+#[cfg(target_os = "linux")]
+fn resize_pipe(pipe: &impl std::os::fd::AsRawFd, size: i32) {
+    // SAFETY: F_SETPIPE_SZ takes an int and only resizes the pipe.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, size) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn resize_pipe(_pipe: &impl std::os::fd::AsRawFd, _size: i32) {}
+
 /// Reads `head -c 1G /dev/zero` from its pipe, resized to `pipe_size`
 /// bytes when given.
 fn direct_pipe(pipe_size: Option<i32>) -> Duration {
@@ -225,9 +240,7 @@ fn direct_pipe(pipe_size: Option<i32>) -> Duration {
         .unwrap();
     let mut out = child.stdout.take().unwrap();
     if let Some(size) = pipe_size {
-        use std::os::fd::AsRawFd;
-        // SAFETY: F_SETPIPE_SZ takes an int and only resizes the pipe.
-        unsafe { libc::fcntl(out.as_raw_fd(), libc::F_SETPIPE_SZ, size) };
+        resize_pipe(&out, size);
     }
     let mut buf = vec![0u8; 64 * 1024];
     let mut bytes = 0u64;

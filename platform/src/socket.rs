@@ -21,7 +21,7 @@ use nix::sys::socket::{connect, AddressFamily, SockFlag, SockType, UnixAddr};
 
 use crate::names::{self, NameError};
 
-pub use peer::peer_uid;
+pub use peer::{peer_pid, peer_uid};
 
 /// Why a socket path cannot be used, or a peer is not trusted.
 #[derive(Debug, thiserror::Error)]

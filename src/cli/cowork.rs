@@ -2,15 +2,11 @@
 //! can change at runtime, then the server of [`boxdesk::cowork`].
 //!
 //! The app passes `-socket` with one dash; clap knows only `--socket`, so
-//! the argument is rewritten before parsing.
+//! the argument is rewritten before parsing. Off Linux the command exists
+//! but only says that cowork is the Linux desktop helper.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::Arc;
-
-use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::prelude::*;
-use tracing_subscriber::reload;
 
 use super::EXIT_BOXDESK;
 
@@ -32,7 +28,13 @@ pub fn rewrite_single_dash(args: impl Iterator<Item = OsString>) -> Vec<OsString
 
 /// Runs the server; logs are lines on stderr (the app copies them to its
 /// log file).
+#[cfg(target_os = "linux")]
 pub fn cowork(socket: PathBuf) -> i32 {
+    use std::sync::Arc;
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::reload;
+
     let base = match std::env::var("RUST_LOG")
         .ok()
         .and_then(|l| l.parse::<LevelFilter>().ok())
@@ -61,6 +63,14 @@ pub fn cowork(socket: PathBuf) -> i32 {
             EXIT_BOXDESK
         }
     }
+}
+
+/// Off Linux: a clear refusal; the server is the app's helper on Linux
+/// and runs its sandboxes on the namespace backend.
+#[cfg(not(target_os = "linux"))]
+pub fn cowork(_socket: PathBuf) -> i32 {
+    eprintln!("boxdesk cowork: cowork is the Linux desktop helper (the Claude Desktop app on Linux); it needs Linux");
+    EXIT_BOXDESK
 }
 
 #[cfg(test)]

@@ -6,8 +6,6 @@
 //! hypervisor probe of `boxdesk-hv` (a tiny guest under a deadline), which
 //! tells hardware KVM from an emulating one.
 
-use std::process::{Command, Stdio};
-
 use boxdesk_platform::{dirs, probe, Probe};
 
 /// `boxdesk doctor`: exit 0 when some backend can run, 1 when none can.
@@ -33,8 +31,10 @@ pub fn doctor() -> anyhow::Result<i32> {
         "namespace backend: {}",
         if namespace_ok {
             "can run here"
-        } else {
+        } else if cfg!(target_os = "linux") {
             "cannot run here"
+        } else {
+            "cannot run here: it needs Linux"
         }
     );
     println!("  bubblewrap: {bwrap}");
@@ -43,10 +43,11 @@ pub fn doctor() -> anyhow::Result<i32> {
     let hv = boxdesk_hv::probe();
     println!("hypervisor: {hv}");
     println!("  /dev/kvm: {}", probe::dev_kvm());
-    let image = boxdesk::vmm::image::find("x86_64", None, None);
-    let kvm_ok = hv.can_boot() && image.is_ok();
+    let image = boxdesk::vmm::image::find(std::env::consts::ARCH, None, None);
+    let vm_ok = hv.can_boot() && image.is_ok();
+    let vm = boxdesk::sandbox::Backend::HOST_VM;
     println!(
-        "kvm backend: {}",
+        "{vm} backend: {}",
         match (&image, hv.can_boot()) {
             (Ok(_), true) => "can run here".to_owned(),
             (_, false) => "cannot run here: the hypervisor cannot boot a VM".to_owned(),
@@ -60,15 +61,22 @@ pub fn doctor() -> anyhow::Result<i32> {
             img.initrd.display()
         );
     }
-    println!("hvf backend: not wired into the helper yet (macOS on Apple silicon only)");
+    if vm == boxdesk::sandbox::Backend::Kvm {
+        println!("hvf backend: macOS on Apple silicon only");
+    } else {
+        println!("kvm backend: Linux only");
+    }
     let auto = boxdesk::sandbox::Backend::Auto
         .resolve()
         .map_or_else(|e| e.to_string(), |b| b.to_string());
     println!("--backend auto: {auto}");
-    Ok(if namespace_ok || kvm_ok { 0 } else { 1 })
+    Ok(if namespace_ok || vm_ok { 0 } else { 1 })
 }
 
+#[cfg(target_os = "linux")]
 fn trial_sandbox() -> Probe {
+    use std::process::{Command, Stdio};
+
     let Some(bwrap) = boxdesk::sandbox::namespace::find_bwrap() else {
         return Probe::Missing {
             why: "bwrap is not on an absolute PATH entry".into(),
@@ -111,5 +119,14 @@ fn trial_sandbox() -> Probe {
             why: format!("cannot run bwrap: {e}"),
             hint: None,
         },
+    }
+}
+
+/// Off Linux there are no namespaces to try.
+#[cfg(not(target_os = "linux"))]
+fn trial_sandbox() -> Probe {
+    Probe::Missing {
+        why: "the namespace backend needs Linux".into(),
+        hint: None,
     }
 }

@@ -1,9 +1,9 @@
 //! `boxdesk exec` and `boxdesk shell`, and the exec session every command
 //! that runs something shares: connect through `<name>.agent`, send one
 //! Exec or ExecPty, forward stdin (its own thread; an empty Stdin frame at
-//! EOF), signals and window sizes (a signalfd the main thread polls beside
-//! the socket), and stream the output as it comes until Exit, TimedOut or
-//! Error.
+//! EOF), signals and window sizes (a descriptor the main thread polls
+//! beside the socket, [`super::signals`]), and stream the output as it
+//! comes until Exit, TimedOut or Error.
 //!
 //! File frames that follow Exit (the sandbox's `/results`) are not waited
 //! for: exec returns at Exit; `boxdesk cp NAME:/results/… DST` fetches them.
@@ -23,9 +23,9 @@ use boxdesk_channel::{
 };
 use boxdesk_platform::SandboxPaths;
 use nix::sys::signal::Signal;
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
 
+use super::signals::Signals;
 use super::{tty, ExecOpts, EXIT_BOXDESK, EXIT_TIMEOUT};
 
 /// The default working directory of an exec.
@@ -147,14 +147,13 @@ fn send(w: &Writer, frame: &Frame) -> Result<(), ChannelError> {
 }
 
 /// Runs one exec on `session`, streaming it to this process's stdio, and
-/// returns the exit code. The main thread waits on the socket and a
-/// signalfd together; stdin is read by its own thread (none when stdin is
-/// `/dev/null`: its EOF is sent at once).
+/// returns the exit code. The main thread waits on the socket and the
+/// forwarded signals together; stdin is read by its own thread (none when
+/// stdin is `/dev/null`: its EOF is sent at once).
 pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Result<i32> {
     let signals = tty::forwarded_signals();
     tty::block(&signals).context("blocking signals")?;
-    let sigfd = SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .context("signalfd")?;
+    let mut signals = Signals::new(&signals).context("watching signals")?;
     let frame = if pty {
         Frame::ExecPty(exec, tty::window_size())
     } else {
@@ -178,12 +177,9 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Resul
     let mut interrupts = 0;
     let outcome = loop {
         if reader.buffered() == 0 {
-            let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &sigfd)?;
+            let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &signals)?;
             if sig_ready {
-                while let Ok(Some(info)) = sigfd.read_signal() {
-                    let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
-                        continue;
-                    };
+                while let Some(sig) = signals.next() {
                     forward_signal(&writer, sig, pty, &mut interrupts);
                 }
             }
@@ -199,13 +195,13 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Resul
     Ok(outcome)
 }
 
-/// Polls the session socket and the signalfd; which are readable.
-fn wait_readable(sock: &Stream, sigfd: &SignalFd) -> anyhow::Result<(bool, bool)> {
+/// Polls the session socket and the signals; which are readable.
+fn wait_readable(sock: &Stream, signals: &Signals) -> anyhow::Result<(bool, bool)> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     loop {
         let mut fds = [
             PollFd::new(sock.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {

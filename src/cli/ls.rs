@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use boxdesk::control::{ClientError, ControlClient};
-use boxdesk::sandbox::namespace::StateDir;
+use boxdesk::sandbox::state::StateDir;
 use boxdesk_platform::socket::{self, Staleness};
 use boxdesk_platform::{dirs, names, SandboxPaths};
 

@@ -5,12 +5,14 @@
 //! This module owns argument parsing and exit codes. It must never hold
 //! sandbox logic: each sub-command is a thin module over the library.
 
+mod bench;
 mod cowork;
 mod cp;
 mod doctor;
 mod exec;
 mod ls;
 mod run;
+mod signals;
 mod tty;
 
 use std::ffi::OsString;
@@ -35,7 +37,12 @@ pub const EXIT_TIMEOUT: i32 = 124;
 /// killed by signal N, 124 when --timeout expired, 125 when boxdesk itself
 /// failed.
 #[derive(Debug, Parser)]
-#[command(name = "boxdesk", version, propagate_version = true)]
+#[command(
+    name = "boxdesk",
+    version,
+    long_version = env!("BOXDESK_LONG_VERSION"),
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -75,6 +82,10 @@ enum Cmd {
     },
     /// Say which backends can run here, and why not.
     Doctor,
+    /// Measure: `bench boot` starts sandboxes running `true` and prints
+    /// the time to agent ready and the helper's memory.
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Serve the Claude Desktop app's cowork helper protocol on SOCKET
     /// (the app runs `HELPER -socket PATH`).
     Cowork {
@@ -86,6 +97,13 @@ enum Cmd {
     /// The per-sandbox helper process (internal).
     #[command(name = "__vmm", hide = true)]
     Vmm(VmmArgs),
+}
+
+/// `boxdesk bench` measurements.
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// Boot to agent ready, and the helper's RSS, over several sandboxes.
+    Boot(bench::BootArgs),
 }
 
 /// Options shared by `run` and `exec` for the command they run.
@@ -243,6 +261,7 @@ pub fn main() -> i32 {
         Cmd::Stop { name } => ls::stop(&name),
         Cmd::Info { name } => ls::info(&name),
         Cmd::Doctor => doctor::doctor(),
+        Cmd::Bench(BenchCmd::Boot(a)) => bench::boot(a),
         Cmd::Vmm(a) => vmm(a),
         Cmd::Cowork { .. } => unreachable!("handled above"),
     };
@@ -298,7 +317,7 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
         net: a.net,
         keep: a.keep,
         ready,
-        vm: (backend == Backend::Kvm).then(|| helper::VmOptions {
+        vm: backend.is_vm().then(|| helper::VmOptions {
             kernel: a.kernel,
             initrd: a.initrd,
             rootfs: a.rootfs.map(|r| (r, a.rootfs_rw)),

@@ -56,10 +56,10 @@ pub struct VmFlags {
 /// `boxdesk run`.
 pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     let backend = super::chosen_backend(req.backend.as_deref())?;
-    if backend == boxdesk::sandbox::Backend::Kvm && req.net {
-        bail!("--net is not available with the kvm backend yet: VMs have no network device; use --backend namespace for a sandbox with the host's network");
+    if backend.is_vm() && req.net {
+        bail!("--net is not available with the {backend} backend yet: VMs have no network device; use --backend namespace for a sandbox with the host's network");
     }
-    if backend != boxdesk::sandbox::Backend::Kvm
+    if !backend.is_vm()
         && (req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some())
     {
         bail!("--kernel, --initrd and --rootfs need the kvm backend (this sandbox uses {backend})");
@@ -152,8 +152,7 @@ impl Helper {
         paths: &SandboxPaths,
     ) -> anyhow::Result<Helper> {
         let exe = std::env::current_exe().context("locating the boxdesk binary")?;
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .context("creating the readiness pipe")?;
+        let (read, write) = tty::cloexec_pipe().context("creating the readiness pipe")?;
         let mut cmd = Command::new(exe);
         cmd.arg("__vmm")
             .args(["--name", name, "--backend", backend])
@@ -336,4 +335,61 @@ fn log_since(path: &std::path::Path, start: u64) -> String {
         .map(|l| boxdesk_channel::sanitize_error(l).into_owned())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The times of one `boxdesk bench boot` run.
+#[derive(Debug, Clone, Copy)]
+pub struct BootTimes {
+    /// From spawning the helper to its readiness byte (the agent answered).
+    pub ready: Duration,
+    /// From spawning to the end of `true`'s exec (the whole `run -- true`
+    /// before its stop).
+    pub first_exec: Duration,
+    /// The helper's resident memory outside the guest's RAM mapping, KiB
+    /// (Linux: from /proc/PID/smaps; `None` elsewhere).
+    pub helper_rss_kib: Option<u64>,
+}
+
+/// Starts a foreground sandbox for `req`, runs `true` in it, stops it, and
+/// says how long each step took.
+pub fn timed_start(req: &RunRequest) -> anyhow::Result<BootTimes> {
+    let backend = super::chosen_backend(req.backend.as_deref())?;
+    let runtime = boxdesk_platform::dirs::runtime_dir()?;
+    let name = free_name(&runtime)?;
+    let paths = SandboxPaths::new(&runtime, &name)?;
+    let exec = exec::build_exec(&req.exec, &["true".into()])?;
+    let t0 = Instant::now();
+    let mut helper = Helper::spawn(req, &name, &backend.to_string(), &paths)?;
+    helper
+        .wait_ready()
+        .with_context(|| format!("sandbox {name} failed to start"))?;
+    let ready = t0.elapsed();
+    let code = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, false));
+    let first_exec = t0.elapsed();
+    let helper_rss_kib = helper_rss_kib(helper.child.id(), u64::from(req.mem_mib) << 10);
+    helper.stop(&paths, &name);
+    match code? {
+        0 => Ok(BootTimes {
+            ready,
+            first_exec,
+            helper_rss_kib,
+        }),
+        c => bail!("`true` exited {c} in sandbox {name}"),
+    }
+}
+
+/// The resident KiB of `pid`'s mappings except the guest RAM one (the
+/// mapping of exactly `guest_kib`), where /proc says.
+fn helper_rss_kib(pid: u32, guest_kib: u64) -> Option<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let (mut size, mut rss) = (0u64, 0u64);
+    for line in smaps.lines() {
+        let kib = || line.split_whitespace().nth(1)?.parse::<u64>().ok();
+        if line.starts_with("Size:") {
+            size = kib().unwrap_or(0);
+        } else if line.starts_with("Rss:") && size != guest_kib {
+            rss += kib().unwrap_or(0);
+        }
+    }
+    Some(rss)
 }

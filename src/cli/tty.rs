@@ -5,7 +5,7 @@
 //!
 //! This module owns every `unsafe` call the CLI makes. It must never leave
 //! the user's terminal in raw mode on a normal return, and never install a
-//! signal handler (signals are blocked and read from a signalfd).
+//! signal handler (signals are blocked and read through `super::signals`).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -56,11 +56,11 @@ pub fn stdout_fd() -> BorrowedFd<'static> {
 
 /// Whether stdin is `/dev/null` (nothing to read: send EOF at once).
 pub fn stdin_is_dev_null() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(stdin), Ok(null)) = (nix::sys::stat::fstat(0), std::fs::metadata("/dev/null")) else {
+    use nix::sys::stat::{fstat, stat};
+    let (Ok(stdin), Ok(null)) = (fstat(0), stat("/dev/null")) else {
         return false;
     };
-    stdin.st_mode & libc::S_IFMT == libc::S_IFCHR && stdin.st_rdev == null.rdev()
+    stdin.st_mode & libc::S_IFMT == libc::S_IFCHR && stdin.st_rdev == null.st_rdev
 }
 
 /// The size of the terminal on stdout (or stdin), 80×24 if neither is one.
@@ -145,8 +145,10 @@ pub fn block(set: &SigSet) -> io::Result<()> {
         .map_err(io::Error::from)
 }
 
-/// Puts the calling process in its own process group and asks the kernel
-/// to send it SIGTERM when its parent dies; for a foreground helper.
+/// Puts the calling process in its own process group and (on Linux) asks
+/// the kernel to send it SIGTERM when its parent dies; for a foreground
+/// helper. macOS has no parent-death signal: there a foreground `run`
+/// killed outright leaves its helper running until `boxdesk stop`.
 ///
 /// # Safety
 ///
@@ -158,6 +160,7 @@ pub unsafe fn child_of_foreground(parent: libc::pid_t) -> io::Result<()> {
         if libc::setpgid(0, 0) == -1 {
             return Err(io::Error::last_os_error());
         }
+        #[cfg(target_os = "linux")]
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) == -1 {
             return Err(io::Error::last_os_error());
         }
@@ -199,4 +202,22 @@ pub unsafe fn place_fd(fd: i32, to: i32) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A pipe whose ends are close-on-exec: atomically (`pipe2`) on Linux;
+/// elsewhere (macOS has no `pipe2`) flagged right after it is made.
+pub fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    #[cfg(target_os = "linux")]
+    let fds = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    #[cfg(not(target_os = "linux"))]
+    let fds = {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        use std::os::fd::AsRawFd;
+        let fds = nix::unistd::pipe()?;
+        for fd in [&fds.0, &fds.1] {
+            fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        }
+        fds
+    };
+    Ok(fds)
 }

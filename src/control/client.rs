@@ -67,12 +67,11 @@ impl ControlClient {
     }
 
     /// The pid of the process listening on the socket, as the kernel
-    /// recorded it at `connect` (`SO_PEERCRED`): known even when the
-    /// helper never answers.
+    /// recorded it at `connect` (`SO_PEERCRED`; `LOCAL_PEERPID` on macOS):
+    /// known even when the helper never answers.
     pub fn peer_pid(&self) -> Option<i32> {
-        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-        let creds = getsockopt(self.reader.get_ref(), PeerCredentials).ok()?;
-        Some(creds.pid()).filter(|&pid| pid > 0)
+        let pid = boxdesk_platform::socket::peer_pid(self.reader.get_ref()).ok()?;
+        Some(pid).filter(|&pid| pid > 0)
     }
 
     /// Sends one word and returns the reply's status line.

@@ -2,7 +2,9 @@
 //! binds `<name>.sock` and `<name>.agent`, starts the namespace sandbox,
 //! waits for its agent's handshake, tells its starter it is ready (one byte
 //! on a pipe), then serves both sockets until `stop`, a signal, or the
-//! sandbox's death, and tears everything down.
+//! sandbox's death, and tears everything down. The namespace sandbox's
+//! part (bwrap, the agent's readiness, forwarding `<name>.agent`) is
+//! `bwrap`, Linux only; elsewhere a helper asked for it refuses.
 //!
 //! Threads: main (starts the sandbox, then waits for it to exit), control
 //! accept (+ one per connection), agent accept (+ two per forwarded
@@ -25,14 +27,41 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use boxdesk_channel::{Frame, FrameWriter, Session, Stream};
+use boxdesk_channel::{Frame, FrameWriter, Session};
 use boxdesk_platform::{dirs, socket, DirError, NameError, SandboxPaths, SocketError};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 
-use super::forward::{self, AgentAddr};
+use super::forward::AgentAddr;
 use super::lock::{LockError, NameLock};
-use super::namespace::{self, NamespaceError, Spec, StateDir};
+#[cfg(target_os = "linux")]
+use super::namespace::NamespaceError;
+use super::state::{StateDir, StateError};
 use crate::control::{self, protocol::PROTO_VERSION, Sandbox};
+
+/// The namespace backend's half: bwrap, its agent, `<name>.agent`.
+#[cfg(target_os = "linux")]
+mod bwrap;
+
+/// Off Linux there is no namespace backend: [`super::Backend::resolve`]
+/// refuses it before a helper starts, and a helper asked anyway says so.
+#[cfg(not(target_os = "linux"))]
+mod bwrap {
+    use std::os::unix::net::UnixListener;
+    use std::sync::Arc;
+
+    use super::{fail, AgentAddr, HelperError, HelperOptions, Shared};
+    use crate::sandbox::{Backend, BackendError};
+
+    pub(super) fn run(
+        shared: Arc<Shared>,
+        _opts: HelperOptions,
+        _agent_listener: Option<UnixListener>,
+        _agent: Arc<AgentAddr>,
+    ) -> Result<std::convert::Infallible, HelperError> {
+        let e = BackendError::NeedsLinux(Backend::Namespace);
+        Err(fail(&shared, None, e.into()))
+    }
+}
 
 /// How long the agent may take to answer its first handshake.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -56,7 +85,7 @@ pub struct HelperOptions {
     /// failed start; otherwise held open until the helper exits, so the
     /// starter sees end-of-file exactly when the helper is gone.
     pub ready: Option<OwnedFd>,
-    /// Boot a VM (the `kvm` backend) instead of a namespace sandbox.
+    /// Boot a VM (the `kvm` or `hvf` backend) instead of a namespace sandbox.
     pub vm: Option<VmOptions>,
 }
 
@@ -86,7 +115,14 @@ pub enum HelperError {
     /// A socket could not be bound.
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// The backend cannot run here.
+    #[error(transparent)]
+    Backend(#[from] super::BackendError),
+    /// The sandbox's state dir could not be prepared.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// The sandbox could not be prepared or started.
+    #[cfg(target_os = "linux")]
     #[error(transparent)]
     Namespace(#[from] NamespaceError),
     /// The sandbox ended before its agent answered.
@@ -199,7 +235,11 @@ impl Sandbox for Shared {
             ("name", self.name.clone()),
             (
                 "backend",
-                if self.is_vm { "kvm" } else { "namespace" }.to_owned(),
+                if self.is_vm {
+                    super::Backend::HOST_VM.to_string()
+                } else {
+                    "namespace".to_owned()
+                },
             ),
             (
                 "isolation",
@@ -388,7 +428,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
         }
     };
     let prepared = dirs::state_dir()
-        .map_err(NamespaceError::from)
+        .map_err(StateError::from)
         .and_then(|root| StateDir::prepare(&root, &opts.name, opts.keep));
     let state = match prepared {
         Ok(s) => s,
@@ -441,48 +481,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
     if let Some(vm_opts) = &opts.vm {
         return run_vm(&shared, &opts, vm_opts);
     }
-    let Some(agent_listener) = agent_listener else {
-        unreachable!("a namespace sandbox always binds its agent socket")
-    };
-    let mut child = match start(&shared, &opts) {
-        Ok(child) => child,
-        Err(e) => return Err(fail(&shared, None, e)),
-    };
-    tracing::debug!("bwrap started at {:?}", started.elapsed());
-    if let Err(e) = wait_ready(&mut child, &agent, &paths) {
-        return Err(fail(&shared, Some(child), e));
-    }
-    shared.ready_ms.store(
-        started.elapsed().as_millis().max(1) as u64,
-        Ordering::Relaxed,
-    );
-    *lock(&shared.phase) = Phase::Running;
-    spawn_thread("agent-accept", move || {
-        let e = forward::serve(agent_listener, agent);
-        tracing::error!("agent socket: {e}");
-    })?;
-    tracing::info!(
-        "sandbox {} ready in {} ms",
-        opts.name,
-        started.elapsed().as_millis()
-    );
-    // Kept open (not dropped) until the process exits.
-    let _ready = opts.ready.map(|fd| {
-        let mut f = File::from(fd);
-        let _ = f.write_all(b"R");
-        f
-    });
-
-    let status = child.wait();
-    *lock(&shared.exited) = true;
-    shared.exited_cv.notify_all();
-    if !shared.stopping.load(Ordering::SeqCst) {
-        tracing::error!("the sandbox exited unexpectedly ({status:?}); stopping");
-        shared.teardown(1);
-    }
-    loop {
-        std::thread::park();
-    }
+    bwrap::run(shared, opts, agent_listener, agent)
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), HelperError> {
@@ -492,30 +491,6 @@ fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), Hel
         .spawn(f)
         .map(drop)
         .map_err(os("starting a thread"))
-}
-
-fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
-    let exe = std::env::current_exe().map_err(|source| NamespaceError::Inspect {
-        what: "the boxdesk binary".into(),
-        source,
-    })?;
-    let host = namespace::scan_host(std::path::Path::new("/")).map_err(|source| {
-        NamespaceError::Inspect {
-            what: "/".into(),
-            source,
-        }
-    })?;
-    let spec = Spec::for_state(opts.name.clone(), opts.net, host, &shared.state, exe);
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&shared.paths.log)
-        .map_err(os("opening the sandbox log"))?;
-    let child = namespace::spawn(&spec, &log)?;
-    shared.sandbox_pid.store(child.id(), Ordering::SeqCst);
-    Ok(child)
 }
 
 /// How long a VM's agent may take to answer (a boot under nested TCG in
@@ -530,10 +505,11 @@ fn run_vm(
     v: &VmOptions,
 ) -> Result<std::convert::Infallible, HelperError> {
     let started = shared.started;
-    let image = match crate::vmm::image::find("x86_64", v.kernel.clone(), v.initrd.clone()) {
-        Ok(i) => i,
-        Err(e) => return Err(fail(shared, None, e.into())),
-    };
+    let image =
+        match crate::vmm::image::find(std::env::consts::ARCH, v.kernel.clone(), v.initrd.clone()) {
+            Ok(i) => i,
+            Err(e) => return Err(fail(shared, None, e.into())),
+        };
     let console = match OpenOptions::new()
         .create(true)
         .append(true)
@@ -621,7 +597,10 @@ fn run_vm(
             crate::vmm::VmEnd::Reset => tracing::error!(
                 "the guest rebooted itself (a VM cannot reboot: stopping); console tail:\n{tail}"
             ),
-            crate::vmm::VmEnd::Poweroff => tracing::error!("the guest powered off on its own"),
+            crate::vmm::VmEnd::Poweroff => {
+                tracing::info!("the guest powered off; the sandbox stops");
+                shared.teardown(0);
+            }
             crate::vmm::VmEnd::Killed => {}
             crate::vmm::VmEnd::Crash { reason, serial } => {
                 tracing::error!("the VM crashed: {reason}; console tail:\n{serial}")
@@ -631,38 +610,6 @@ fn run_vm(
     }
     loop {
         std::thread::park();
-    }
-}
-
-/// Polls the agent's socket until a channel handshake succeeds.
-fn wait_ready(
-    child: &mut Child,
-    agent: &AgentAddr,
-    paths: &SandboxPaths,
-) -> Result<(), HelperError> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    let mut pause = Duration::from_micros(100);
-    loop {
-        if let Some(status) = child.try_wait().map_err(os("waiting for bwrap"))? {
-            return Err(HelperError::Died {
-                status,
-                log: paths.log.clone(),
-                tail: log_tail(&paths.log),
-            });
-        }
-        if let Ok(s) = agent.connect() {
-            if Session::over(Stream::Unix(s)).is_ok() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(HelperError::NotReady {
-                log: paths.log.clone(),
-                tail: log_tail(&paths.log),
-            });
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
     }
 }
 

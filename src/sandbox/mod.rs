@@ -4,14 +4,19 @@
 //! `kvm` boots a microVM ([`crate::vmm`]) when the hypervisor can really
 //! run a 64-bit guest (`boxdesk_hv::probe`, cached per boot); `auto` picks
 //! it then and the namespace backend otherwise; `hvf` is macOS-only and not
-//! wired into the helper yet. This module must never let a namespace
-//! sandbox describe itself as a VM.
+//! wired into the helper yet. The namespace backend ([`namespace`],
+//! [`seccomp`]) exists on Linux only; elsewhere asking for it (or for
+//! `auto` with no VM backend) is a clear error. This module must never let
+//! a namespace sandbox describe itself as a VM.
 
 pub mod forward;
 pub mod helper;
 pub mod lock;
+#[cfg(target_os = "linux")]
 pub mod namespace;
+#[cfg(target_os = "linux")]
 pub mod seccomp;
+pub mod state;
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,12 +40,21 @@ pub enum BackendError {
     /// The word names no backend.
     #[error("unknown backend {0:?}; expected auto, kvm, hvf or namespace")]
     Unknown(String),
-    /// The backend is named in the design but not built yet.
-    #[error("the {0} backend is not available yet; use --backend namespace or kvm (or auto)")]
-    NotYet(Backend),
+    /// The backend exists on Linux only.
+    #[error("the {0} backend needs Linux")]
+    NeedsLinux(Backend),
+    /// The backend exists on macOS on Apple silicon only.
+    #[error(
+        "the {0} backend needs macOS on Apple silicon; on Linux use kvm or namespace (or auto)"
+    )]
+    NeedsMac(Backend),
+    /// `auto` found nothing that runs on this OS (macOS: no namespace
+    /// backend, and hvf cannot boot or has no image).
+    #[error("no backend can run here: the namespace backend needs Linux and the hvf backend cannot run ({0})")]
+    NoneHere(String),
     /// The hypervisor here cannot boot a VM.
-    #[error("the kvm backend cannot run here: the hypervisor probe says {0}; use --backend namespace (or auto)")]
-    CannotBoot(String),
+    #[error("the {0} backend cannot run here: the hypervisor probe says {1}; {hint}", hint = if cfg!(target_os = "linux") { "use --backend namespace (or auto)" } else { "see boxdesk doctor" })]
+    CannotBoot(Backend, String),
 }
 
 impl FromStr for Backend {
@@ -69,28 +83,54 @@ impl fmt::Display for Backend {
 }
 
 impl Backend {
-    /// The backend that will really run: `kvm` only where the hypervisor
-    /// probe says a VM can boot (else a clear error naming what the probe
-    /// found); `auto` is `kvm` then and when a guest image is installed,
-    /// `namespace` otherwise; `hvf` is refused.
+    /// This OS's VM backend: `kvm` on Linux, `hvf` on macOS.
+    pub const HOST_VM: Backend = if cfg!(target_os = "macos") {
+        Backend::Hvf
+    } else {
+        Backend::Kvm
+    };
+
+    /// Whether this backend boots a VM (`kvm`, `hvf`).
+    pub fn is_vm(self) -> bool {
+        matches!(self, Backend::Kvm | Backend::Hvf)
+    }
+
+    /// The backend that will really run: the VM backend of this OS (`kvm`
+    /// on Linux, `hvf` on macOS) only where the hypervisor probe says a VM
+    /// can boot (else a clear error naming what the probe found); the other
+    /// OS's is refused. `auto` is the VM backend when it can boot and a
+    /// guest image is installed, else `namespace` on Linux (and an error
+    /// naming why on macOS, which has no namespace backend).
     pub fn resolve(self) -> Result<Backend, BackendError> {
         match self {
+            Backend::Namespace if !cfg!(target_os = "linux") => Err(BackendError::NeedsLinux(self)),
             Backend::Namespace => Ok(Backend::Namespace),
-            Backend::Hvf => Err(BackendError::NotYet(Backend::Hvf)),
-            Backend::Kvm => match probe_cached() {
-                (true, _) => Ok(Backend::Kvm),
-                (false, why) => Err(BackendError::CannotBoot(why)),
+            Backend::Kvm | Backend::Hvf if self != Self::HOST_VM => Err(match self {
+                Backend::Kvm => BackendError::NeedsLinux(self),
+                _ => BackendError::NeedsMac(self),
+            }),
+            Backend::Kvm | Backend::Hvf => match probe_cached() {
+                (true, _) => Ok(self),
+                (false, why) => Err(BackendError::CannotBoot(self, why)),
             },
             Backend::Auto => {
-                if !std::path::Path::new("/dev/kvm").exists() {
-                    return Ok(Backend::Namespace);
-                }
-                let has_image = crate::vmm::image::find("x86_64", None, None).is_ok();
-                Ok(if has_image && probe_cached().0 {
-                    Backend::Kvm
+                let vm = if cfg!(target_os = "linux") && !std::path::Path::new("/dev/kvm").exists()
+                {
+                    Err("no /dev/kvm".to_owned())
                 } else {
-                    Backend::Namespace
-                })
+                    match crate::vmm::image::find(std::env::consts::ARCH, None, None) {
+                        Err(e) => Err(e.to_string()),
+                        Ok(_) => match probe_cached() {
+                            (true, _) => Ok(Self::HOST_VM),
+                            (false, why) => Err(why),
+                        },
+                    }
+                };
+                match vm {
+                    Ok(b) => Ok(b),
+                    Err(_) if cfg!(target_os = "linux") => Ok(Backend::Namespace),
+                    Err(why) => Err(BackendError::NoneHere(why)),
+                }
             }
         }
     }
@@ -139,9 +179,32 @@ mod tests {
         } else {
             let e = kvm.unwrap_err().to_string();
             assert!(e.contains(&words), "{e}");
-            assert_eq!(Backend::Auto.resolve(), Ok(Backend::Namespace));
+            if cfg!(target_os = "linux") {
+                assert_eq!(Backend::Auto.resolve(), Ok(Backend::Namespace));
+            }
         }
         assert!("qemu".parse::<Backend>().is_err());
-        assert!(Backend::Hvf.resolve().is_err());
+        let other = if Backend::HOST_VM == Backend::Kvm {
+            Backend::Hvf
+        } else {
+            Backend::Kvm
+        };
+        let e = other.resolve().unwrap_err().to_string();
+        assert!(e.contains("needs"), "{e}");
+    }
+
+    #[test]
+    fn the_namespace_backend_is_linux_only_and_says_so_elsewhere() {
+        let ns = Backend::Namespace.resolve();
+        if cfg!(target_os = "linux") {
+            assert_eq!(ns, Ok(Backend::Namespace));
+        } else {
+            let e = ns.unwrap_err().to_string();
+            assert_eq!(e, "the namespace backend needs Linux");
+            assert!(matches!(
+                Backend::Auto.resolve(),
+                Ok(Backend::Hvf) | Err(BackendError::NoneHere(_))
+            ));
+        }
     }
 }

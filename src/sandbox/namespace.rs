@@ -1,6 +1,6 @@
-//! The namespace backend: the bubblewrap command line that builds the
-//! sandbox of DESIGN.md's "Namespace sandbox layout", the per-sandbox state
-//! dir behind its writable paths, and starting it.
+//! The namespace backend (Linux only): the bubblewrap command line that
+//! builds the sandbox of DESIGN.md's "Namespace sandbox layout" over the
+//! per-sandbox state dir ([`super::state`]), and starting it.
 //!
 //! Layout inside: bwrap's own tmpfs as `/`; read-only binds of `/usr`,
 //! `/bin`, `/sbin`, `/lib*` and `/etc` where they exist (symlinks such as
@@ -18,15 +18,15 @@
 //! into the sandbox, and never share the host network unless asked.
 
 use std::ffi::OsString;
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use super::seccomp;
+use super::state::StateDir;
 
 /// Where the agent listens, inside the sandbox.
 pub const AGENT_SOCK_INSIDE: &str = "/run/boxdesk/agent.sock";
@@ -57,9 +57,6 @@ pub enum NamespaceError {
         #[source]
         source: io::Error,
     },
-    /// The private state root failed its checks.
-    #[error(transparent)]
-    StateRoot(#[from] boxdesk_platform::DirError),
     /// Locating the boxdesk binary or reading `/` failed.
     #[error("cannot inspect {what}")]
     Inspect {
@@ -72,108 +69,6 @@ pub enum NamespaceError {
     /// Spawning bwrap failed.
     #[error("cannot start bwrap")]
     Spawn(#[source] io::Error),
-}
-
-/// The per-sandbox state dir `$XDG_STATE_HOME/boxdesk/<name>/`.
-#[derive(Debug, Clone)]
-pub struct StateDir {
-    /// The directory itself.
-    pub dir: PathBuf,
-}
-
-/// File in a state dir that marks it as `--keep`.
-const KEEP_MARKER: &str = "keep";
-
-impl StateDir {
-    /// Creates (or reuses, after `--keep`) the state dir of `name` under the
-    /// private boxdesk state root, with `root/`, `work/`, `results/` and
-    /// `run/` inside. With `keep`, a `keep` marker says so to a `boxdesk
-    /// stop` that has to kill an unanswering helper and clean up for it.
-    pub fn prepare(state_root: &Path, name: &str, keep: bool) -> Result<Self, NamespaceError> {
-        boxdesk_platform::dirs::ensure_private_dir(state_root)?;
-        let dir = state_root.join(name);
-        let mk = |path: &Path, mode| match DirBuilder::new().mode(mode).create(path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-            Err(source) => Err(NamespaceError::State {
-                path: path.to_owned(),
-                source,
-            }),
-        };
-        mk(&dir, 0o700)?;
-        let s = StateDir { dir };
-        mk(&s.root(), 0o700)?;
-        mk(&s.work(), 0o755)?;
-        mk(&s.results(), 0o755)?;
-        mk(&s.run(), 0o700)?;
-        let marker = s.dir.join(KEEP_MARKER);
-        let marked = if keep {
-            fs::write(&marker, b"")
-        } else {
-            fs::remove_file(&marker).or_else(|e| match e.kind() {
-                io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            })
-        };
-        marked.map_err(|source| NamespaceError::State {
-            path: marker,
-            source,
-        })?;
-        Ok(s)
-    }
-
-    /// The state dir of `name` if it exists and was not started with
-    /// `--keep`: what a helper killed before its own clean-up leaves behind.
-    pub fn left_behind(state_root: &Path, name: &str) -> Option<Self> {
-        let dir = state_root.join(name);
-        (dir.is_dir() && !dir.join(KEEP_MARKER).exists()).then_some(StateDir { dir })
-    }
-
-    /// Backs `/root`.
-    pub fn root(&self) -> PathBuf {
-        self.dir.join("root")
-    }
-    /// Backs `/work`.
-    pub fn work(&self) -> PathBuf {
-        self.dir.join("work")
-    }
-    /// Backs `/results`.
-    pub fn results(&self) -> PathBuf {
-        self.dir.join("results")
-    }
-    /// Backs `/run/boxdesk`: the agent's socket lives here.
-    pub fn run(&self) -> PathBuf {
-        self.dir.join("run")
-    }
-    /// The agent's socket as seen from the host.
-    pub fn agent_sock(&self) -> PathBuf {
-        self.run().join("agent.sock")
-    }
-
-    /// Removes the whole state dir, making directories the sandbox left
-    /// unwritable writable first so nothing is left behind.
-    pub fn remove(&self) -> io::Result<()> {
-        match fs::remove_dir_all(&self.dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(_) => {
-                make_writable(&self.dir);
-                fs::remove_dir_all(&self.dir)
-            }
-        }
-    }
-}
-
-fn make_writable(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                make_writable(&e.path());
-            }
-        }
-    }
 }
 
 /// One top-level host entry the sandbox gets read-only.

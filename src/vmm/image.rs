@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 /// The kernel and initramfs to boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {
-    /// `vmlinux` (preferred: no decompression) or `bzImage`.
+    /// `vmlinux` (preferred on x86_64: no decompression), `bzImage`, or the
+    /// arm64 `Image`.
     pub kernel: PathBuf,
     /// `initramfs.cpio.gz`.
     pub initrd: PathBuf,
@@ -25,10 +26,15 @@ pub struct ImageError {
     pub searched: Vec<String>,
 }
 
+/// The kernel file names an image directory may hold, preferred first
+/// (`images/build.sh` writes `vmlinux` + `bzImage` on x86_64, `Image` on
+/// aarch64).
+pub const KERNEL_NAMES: [&str; 3] = ["vmlinux", "bzImage", "Image"];
+
 /// The image in `dir`, if it has a kernel and an initramfs.
 pub fn in_dir(dir: &Path) -> Option<Image> {
     let initrd = dir.join("initramfs.cpio.gz");
-    let kernel = ["vmlinux", "bzImage"]
+    let kernel = KERNEL_NAMES
         .iter()
         .map(|k| dir.join(k))
         .find(|k| k.is_file())?;

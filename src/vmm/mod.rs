@@ -1,33 +1,40 @@
-//! The VMM: one microVM assembled from `boxdesk-hv` (the hypervisor),
-//! `boxdesk-devices` (serial, i8042, virtio-mmio vsock and blk) and the
-//! per-arch guest layout of [`arch`]. It owns the VM's life — memory,
-//! vCPU threads, the bus every exit goes to — and reports how it ended
-//! ([`VmEnd`]). It never decides sandbox policy: the helper does.
+//! The VMM: one microVM assembled from `boxdesk-hv` (the hypervisor:
+//! KVM on Linux, Hypervisor.framework on macOS), `boxdesk-devices` (console,
+//! virtio-mmio vsock and blk, …) and the host arch's machine of [`arch`]
+//! (x86_64: 8250 + i8042 + zero page; aarch64: GICv3 + PL011 + PL031 +
+//! FDT). It owns the VM's life — memory, vCPU threads, the buses every exit
+//! goes to — and reports how it ended ([`VmEnd`]). It never decides sandbox
+//! policy: the helper does.
 //!
-//! Threads: one per vCPU (a vCPU is bound to the thread that created it),
-//! plus the vsock device's event thread. A stop kicks every vCPU, whose
-//! `run` then returns `Cancelled`.
+//! Threads: one per vCPU (a vCPU is bound to the thread that created it,
+//! [`vcpu`]), plus the vsock device's event thread. A stop kicks every
+//! vCPU, whose `run` then returns `Cancelled`.
 
 pub mod arch;
 pub mod image;
 mod irq;
+mod vcpu;
 
 use crate::sync::lock;
 use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use arch::host;
 use boxdesk_devices::bus::Bus;
-use boxdesk_devices::i8042::I8042;
-use boxdesk_devices::serial::Serial;
+use boxdesk_devices::console::Console;
 use boxdesk_devices::virtio::mmio::MmioTransport;
 use boxdesk_devices::virtio::{Memory, VirtioDevice};
-use boxdesk_hv::kvm::{Kvm, KvmKick, KvmVm};
-use boxdesk_hv::{Hypervisor, MapFlags, Vcpu, VcpuExit, VcpuKick, Vm as _, VmConfig};
-use vm_memory::{GuestAddress, GuestMemoryBackend as _};
+use boxdesk_hv::{DefaultHypervisor, Hypervisor, MapFlags, Vm as _};
+use vm_memory::GuestMemoryBackend as _;
+
+/// The host's hypervisor VM and vCPU types (KVM on Linux, HVF on macOS).
+pub type HvVm = <DefaultHypervisor as Hypervisor>::Vm;
+pub type HvVcpu = <HvVm as boxdesk_hv::Vm>::Vcpu;
+/// What stops each vCPU thread (called on kill).
+type Kicks = Arc<Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>;
 
 /// Why a VM could not be built or started.
 #[derive(Debug, thiserror::Error)]
@@ -127,12 +134,23 @@ impl Ending {
 /// A started VM.
 pub struct RunningVm {
     ending: Arc<Ending>,
-    kicks: Arc<Mutex<Vec<KvmKick>>>,
-    serial: Arc<Mutex<Serial>>,
-    // Held for the VM's life: memory, the VM fd and the devices.
+    /// What stops each vCPU thread: its kick, and on aarch64 the wake-up of
+    /// secondaries still waiting for PSCI `CPU_ON`.
+    kicks: Kicks,
+    console: Arc<Mutex<dyn Console>>,
+    // Held for the VM's life: memory, the VM and the devices.
     _mem: Memory,
-    _vm: Arc<KvmVm>,
+    _vm: Arc<HvVm>,
     _devices: Vec<Arc<Mutex<MmioTransport>>>,
+}
+
+/// The buses a vCPU's exits go to: port I/O (x86_64 only) and MMIO.
+#[derive(Debug, Default)]
+pub struct Buses {
+    /// x86 port I/O.
+    pub pio: Bus,
+    /// Memory-mapped I/O.
+    pub mmio: Bus,
 }
 
 impl std::fmt::Debug for RunningVm {
@@ -141,25 +159,15 @@ impl std::fmt::Debug for RunningVm {
     }
 }
 
-/// The kernel command line: console on the 8250, reset through the
-/// i8042, no PCI/ACPI probing, panics reboot at once (the VMM reports them),
-/// one `virtio_mmio.device=` per device, and for a rootfs (`Some(writable)`;
-/// the disk is the only virtio-blk, so `/dev/vda`) the agent's
-/// `boxdesk.rootfs=` contract.
-fn cmdline(devices: &[(u64, u32)], rootfs: Option<bool>) -> String {
-    let mut c = String::from(
-        "console=ttyS0 reboot=k panic=-1 pci=off nomodules i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd \
-         tsc=reliable ipv6.disable=1 rdinit=/init quiet",
-    );
-    for (addr, irq) in devices {
-        c.push_str(&format!(" virtio_mmio.device=4K@{addr:#x}:{irq}"));
-    }
+/// The agent's `boxdesk.rootfs=` contract for a rootfs disk (`Some(writable)`;
+/// it is the only virtio-blk, so `/dev/vda`), appended to either arch's
+/// command line.
+fn rootfs_args(rootfs: Option<bool>) -> &'static str {
     match rootfs {
-        Some(true) => c.push_str(" boxdesk.rootfs=/dev/vda boxdesk.rootfs_rw=1"),
-        Some(false) => c.push_str(" boxdesk.rootfs=/dev/vda"),
-        None => {}
+        Some(true) => " boxdesk.rootfs=/dev/vda boxdesk.rootfs_rw=1",
+        Some(false) => " boxdesk.rootfs=/dev/vda",
+        None => "",
     }
-    c
 }
 
 impl RunningVm {
@@ -169,13 +177,16 @@ impl RunningVm {
         if !(64..=65536).contains(&spec.mem_mib) {
             return Err(VmmError::Memory(spec.mem_mib));
         }
-        let hv = Kvm::open()?;
-        let max = hv.capabilities().max_vcpus.clamp(1, 64);
+        let hv = DefaultHypervisor::open()?;
+        let max = hv
+            .capabilities()
+            .max_vcpus
+            .clamp(1, host::MAX_VCPUS.min(64));
         if spec.vcpus == 0 || spec.vcpus > max {
             return Err(VmmError::Vcpus(spec.vcpus, max));
         }
         let mem_bytes = u64::from(spec.mem_mib) << 20;
-        let mem = Memory::from_ranges(&arch::x86_64::layout::ram_regions(mem_bytes))
+        let mem = Memory::from_ranges(&host::ram_regions(mem_bytes))
             .map_err(|e| VmmError::Alloc(e.to_string()))?;
         let open = |p: &PathBuf| {
             File::open(p).map_err(|source| VmmError::Open {
@@ -183,13 +194,9 @@ impl RunningVm {
                 source,
             })
         };
-        let kernel = arch::x86_64::load_kernel(&mem, &mut open(&spec.kernel)?)?;
-        let initrd = arch::x86_64::load_initrd(&mem, &mut open(&spec.initrd)?)?;
+        let loaded = host::load(&mem, &mut open(&spec.kernel)?, &mut open(&spec.initrd)?)?;
 
-        let vm = Arc::new(hv.create_vm(&VmConfig {
-            irqchip: true,
-            tss_addr: Some(arch::x86_64::layout::KVM_TSS_ADDR),
-        })?);
+        let vm = Arc::new(hv.create_vm(&host::vm_config(spec.vcpus))?);
         for region in mem.iter() {
             vm.map_memory(region, MapFlags::default())?;
         }
@@ -199,19 +206,15 @@ impl RunningVm {
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let mut pio = Bus::default();
-        let mut mmio = Bus::default();
-        let serial_irq = irq::KvmIrq::new(&vm, 4)?;
-        let serial = Arc::new(Mutex::new(Serial::new(
-            Box::new(spec.console),
-            Arc::new(serial_irq),
-        )));
-        pio.insert(0x3f8, 8, serial.clone())
-            .map_err(dev("serial"))?;
+        let mut buses = Buses::default();
+        let mut irqs = irq::Lines::new(&vm);
         let e = ending.clone();
-        let i8042 = I8042::new(Box::new(move || e.set(VmEnd::Reset)));
-        pio.insert(0x60, 5, Arc::new(Mutex::new(i8042)))
-            .map_err(dev("i8042"))?;
+        let console = host::add_devices(
+            &mut irqs,
+            spec.console,
+            Box::new(move || e.set(VmEnd::Reset)),
+            &mut buses,
+        )?;
 
         let mut virtio: Vec<Box<dyn VirtioDevice>> = Vec::new();
         let vsock = boxdesk_devices::vsock::Vsock::new(3, &spec.vsock_uds).map_err(dev("vsock"))?;
@@ -232,78 +235,67 @@ impl RunningVm {
         let mut slots = Vec::new();
         let mut devices = Vec::new();
         for (i, d) in virtio.into_iter().enumerate() {
-            let (addr, gsi) = arch::x86_64::layout::mmio_slot(i).ok_or(VmmError::Device {
+            let (addr, line) = host::virtio_slot(i).ok_or(VmmError::Device {
                 what: "virtio-mmio",
                 why: "out of slots".into(),
             })?;
-            let line = Arc::new(irq::KvmIrq::new(&vm, gsi)?);
-            let t = Arc::new(Mutex::new(MmioTransport::new(d, mem.clone(), line)));
-            mmio.insert(addr, 0x1000, t.clone())
+            let t = Arc::new(Mutex::new(MmioTransport::new(
+                d,
+                mem.clone(),
+                irqs.line(line)?,
+            )));
+            buses
+                .mmio
+                .insert(addr, 0x1000, t.clone())
                 .map_err(dev("virtio-mmio"))?;
-            slots.push((addr, gsi));
+            slots.push((addr, line));
             devices.push(t);
         }
-        arch::x86_64::configure_system(
+        let boot = host::write_boot(
             &mem,
-            &kernel,
-            &cmdline(&slots, spec.rootfs.as_ref().map(|r| r.1)),
-            Some(initrd),
+            &loaded,
+            &slots,
+            spec.rootfs.as_ref().map(|r| r.1),
+            spec.vcpus,
             mem_bytes,
-            spec.vcpus as u8,
         )?;
 
-        let kicks = Arc::new(Mutex::new(Vec::new()));
-        let buses = Arc::new((pio, mmio));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        for id in 0..spec.vcpus {
-            let (vm, mem, buses, ending, kicks, ready, serial) = (
-                vm.clone(),
-                mem.clone(),
-                buses.clone(),
-                ending.clone(),
-                kicks.clone(),
-                ready_tx.clone(),
-                serial.clone(),
-            );
-            let entry = kernel.entry;
-            let n = spec.vcpus;
-            std::thread::Builder::new()
-                .name(format!("vcpu{id}"))
-                .spawn(move || {
-                    vcpu_thread(
-                        id, n, entry, &vm, &mem, &buses, &ending, &kicks, ready, &serial,
-                    )
-                })
-                .map_err(VmmError::Thread)?;
-        }
-        drop(ready_tx);
-        for _ in 0..spec.vcpus {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    let vm = RunningVm {
-                        ending,
-                        kicks,
-                        serial,
-                        _mem: mem,
-                        _vm: vm,
-                        _devices: devices,
-                    };
-                    vm.kill();
-                    return Err(e);
-                }
-                Err(_) => break,
-            }
-        }
-        vm.finalize()?;
-        Ok(RunningVm {
+        let vm = RunningVm {
             ending,
-            kicks,
-            serial,
+            kicks: Arc::new(Mutex::new(Vec::new())),
+            console,
             _mem: mem,
             _vm: vm,
             _devices: devices,
-        })
+        };
+        // Every vCPU is created and set up (on its own thread) before the
+        // VM is finalised (KVM arm64's vGIC init needs them all) and the
+        // interrupt lines are connected; only then may any vCPU run.
+        let go = vcpu::start_all(&vcpu::Shared {
+            vm: vm._vm.clone(),
+            mem: vm._mem.clone(),
+            buses: Arc::new(buses),
+            ending: vm.ending.clone(),
+            kicks: vm.kicks.clone(),
+            console: vm.console.clone(),
+            boot: Arc::new(boot),
+            vcpus: spec.vcpus,
+        });
+        let ready = go.and_then(|go| {
+            vm._vm.finalize()?;
+            irqs.connect()?;
+            Ok(go)
+        });
+        match ready {
+            Ok(go) => {
+                go.start();
+                Ok(vm)
+            }
+            Err(e) => {
+                vm.kill();
+                Err(e)
+            }
+        }
     }
 
     /// Waits up to `limit` for the VM to end.
@@ -330,14 +322,14 @@ impl RunningVm {
     /// already.
     pub fn kill(&self) {
         self.ending.set(VmEnd::Killed);
-        for k in lock(&self.kicks).iter() {
-            k.kick();
+        for kick in lock(&self.kicks).iter() {
+            kick();
         }
     }
 
     /// The serial console's last output.
     pub fn serial_tail(&self) -> String {
-        serial_tail(&self.serial)
+        console_tail(&self.console)
     }
 }
 
@@ -347,8 +339,8 @@ impl Drop for RunningVm {
     }
 }
 
-fn serial_tail(serial: &Mutex<Serial>) -> String {
-    let tail = lock(serial).tail();
+fn console_tail(console: &Mutex<dyn Console>) -> String {
+    let tail = lock(console).tail();
     String::from_utf8_lossy(&tail).into_owned()
 }
 
@@ -356,100 +348,5 @@ fn dev<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> VmmError {
     move |e| VmmError::Device {
         what,
         why: e.to_string(),
-    }
-}
-
-/// One vCPU: created and set up on this thread, then run until the VM
-/// ends. Every exit goes to the bus; an exit the VMM cannot serve ends the
-/// VM as a crash with the serial tail.
-#[allow(clippy::too_many_arguments)]
-fn vcpu_thread(
-    id: u32,
-    vcpus: u32,
-    entry: GuestAddress,
-    vm: &Arc<KvmVm>,
-    mem: &Memory,
-    buses: &(Bus, Bus),
-    ending: &Ending,
-    kicks: &Mutex<Vec<KvmKick>>,
-    ready: std::sync::mpsc::Sender<Result<(), VmmError>>,
-    serial: &Mutex<Serial>,
-) {
-    let mut vcpu = match vm.create_vcpu(id) {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = ready.send(Err(e.into()));
-            return;
-        }
-    };
-    if let Err(e) = arch::x86_64::setup_vcpu(&mut vcpu, mem, id, vcpus, entry) {
-        let _ = ready.send(Err(e.into()));
-        return;
-    }
-    lock(kicks).push(vcpu.kick_handle());
-    let _ = ready.send(Ok(()));
-    let (pio, mmio) = buses;
-    let mut buf = [0u8; 8];
-    while !ending.stop.load(Ordering::SeqCst) {
-        let exit = match vcpu.run() {
-            Ok(exit) => exit,
-            Err(e) => {
-                ending.set(VmEnd::Crash {
-                    reason: format!("vCPU {id}: {e}"),
-                    serial: serial_tail(serial),
-                });
-                break;
-            }
-        };
-        match exit {
-            VcpuExit::Pio { port, len, write } => match write {
-                Some(data) => {
-                    pio.write(u64::from(port), &data);
-                }
-                None => {
-                    let b = &mut buf[..len.min(8)];
-                    b.fill(0xff);
-                    pio.read(u64::from(port), b);
-                    let _ = vcpu.complete_read(b);
-                }
-            },
-            VcpuExit::Mmio { addr, len, write } => match write {
-                Some(data) => {
-                    mmio.write(addr, &data);
-                }
-                None => {
-                    let b = &mut buf[..len.min(8)];
-                    b.fill(0);
-                    mmio.read(addr, b);
-                    let _ = vcpu.complete_read(b);
-                }
-            },
-            VcpuExit::Hlt | VcpuExit::Cancelled => {}
-            VcpuExit::Shutdown | VcpuExit::SystemEvent(boxdesk_hv::SystemEvent::Reset) => {
-                ending.set(VmEnd::Reset)
-            }
-            VcpuExit::SystemEvent(boxdesk_hv::SystemEvent::Poweroff) => ending.set(VmEnd::Poweroff),
-            other => ending.set(VmEnd::Crash {
-                reason: format!("vCPU {id}: {other:?}"),
-                serial: serial_tail(serial),
-            }),
-        }
-    }
-    let _ = std::io::stderr().flush();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_command_line_announces_every_virtio_mmio_device() {
-        let c = cmdline(&[(0xd000_0000, 5), (0xd000_1000, 6)], Some(false));
-        assert!(c.ends_with(" boxdesk.rootfs=/dev/vda"), "{c}");
-        assert!(
-            c.contains("virtio_mmio.device=4K@0xd0000000:5 virtio_mmio.device=4K@0xd0001000:6"),
-            "{c}"
-        );
-        assert!(c.starts_with("console=ttyS0 reboot=k panic=-1"));
     }
 }

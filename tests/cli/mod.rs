@@ -128,7 +128,10 @@ fn backends_that_cannot_run_here_are_refused_with_the_reason() {
     let env = TestEnv::new();
     let out = env.run(["run", "--backend", "hvf", "--", "true"]);
     assert_eq!(out.code(), 125, "{out}");
-    assert!(out.stderr.contains("not available yet"), "{out}");
+    assert!(
+        out.stderr.contains("the hvf backend needs macOS on Apple silicon"),
+        "{out}"
+    );
     if env.run(["doctor"]).stdout.contains("kvm (accelerated)") {
         println!("skipped: the kvm refusal (this KVM can boot VMs; tests/vm covers it)");
     } else {
@@ -757,4 +760,37 @@ fn stop_kills_a_helper_that_does_not_answer_within_ten_seconds() {
         !env.state_of("frozen").exists(),
         "the state dir of a killed helper is left behind"
     );
+}
+
+#[test]
+fn version_names_the_release_its_commit_target_and_backends() {
+    let env = TestEnv::new();
+    let out = env.run(["--version"]);
+    assert_eq!(out.code(), 0, "{out}");
+    let line = out.stdout.trim();
+    assert!(
+        line.starts_with(&format!("boxdesk {} (", env!("CARGO_PKG_VERSION"))),
+        "{out}"
+    );
+    let commit = line
+        .split("commit ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("no commit in {line:?}"));
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
+    let in_git = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".git")
+        .exists();
+    assert!(
+        (hash.len() >= 7 && hash.chars().all(|c| c.is_ascii_hexdigit()))
+            || (!in_git && hash == "unknown"),
+        "commit {commit:?} in {line:?}"
+    );
+    // The test binary is built for the same target as boxdesk.
+    assert!(
+        line.contains(&format!("target {},", env!("BOXDESK_TARGET"))),
+        "{line:?}"
+    );
+    assert!(line.contains(std::env::consts::ARCH), "{line:?}");
+    assert!(line.ends_with("backends: namespace kvm)"), "{line:?}");
 }

@@ -336,10 +336,15 @@ fn bodies_that_are_not_json_objects_are_refused_and_the_connection_closed() {
     let c = Cowork::start();
     for body in [&b"{not json"[..], b"[1,2,3]", b"\"str\"", b"\xff\xfe"] {
         let mut s = c.connect();
-        s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
-        s.write_all(body).unwrap();
-        // A valid frame queued behind the bad one is not processed.
-        write_frame(&mut s, &json!({"method": "isRunning", "id": 5}));
+        // A valid frame queued behind the bad one is not processed. Both
+        // go in one write: the server may close as soon as it has read
+        // the bad one, and a second write would then meet EPIPE.
+        let good = serde_json::to_vec(&json!({"method": "isRunning", "id": 5})).unwrap();
+        let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
+        bytes.extend_from_slice(body);
+        bytes.extend_from_slice(&(good.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&good);
+        s.write_all(&bytes).unwrap();
         let r = read_frame(&mut s).expect("error reply");
         assert_eq!(r["success"], false, "{r}");
         assert!(read_frame(&mut s).is_none(), "closed after a bad body");

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Boot figures of boxdesk's VMM inside the x86_64 L1 (real KVM under qemu
-# TCG), beside qemu's own boot of the same image in the same L1:
-#   tests/nested/vm-bench.sh [RUNS]
-# Under TCG absolute times are meaningless (every L2 instruction is
-# emulated); the ratio to qemu and the RSS overhead (which does not depend
-# on CPU speed) are what to read. Prints, asserts nothing.
+# Boot figures of boxdesk's VMM inside an L1 (real KVM under qemu TCG):
+#   tests/nested/vm-bench.sh [x86_64|aarch64] [RUNS]
+# x86_64: beside qemu's own boot of the same image in the same L1 (the
+# host's qemu, run through /host). aarch64: ours only — L1 there cannot run
+# the host's x86_64 qemu. Under TCG absolute times are meaningless (every
+# L2 instruction is emulated); the ratio to qemu and the RSS overhead
+# (which does not depend on CPU speed) are what to read. Prints, asserts
+# nothing.
 #
-# Needs: the image (images/build.sh x86_64) and a static boxdesk
-# (images/build-agent.sh x86_64 boxdesk → target/static/x86_64/boxdesk).
+# Needs: the image (images/build.sh ARCH) and a static boxdesk
+# (images/build-agent.sh ARCH boxdesk → target/static/ARCH/boxdesk).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd -P)
+arch=x86_64
+case "${1:-}" in x86_64 | aarch64) arch=$1; shift ;; esac
 runs=${1:-3}
-img=$root/target/images/x86_64
-bin=$root/target/static/x86_64/boxdesk
-for f in "$img/vmlinux" "$img/initramfs.cpio.gz" "$bin"; do
+img=$root/target/images/$arch
+bin=$root/target/static/$arch/boxdesk
+case "$arch" in
+  x86_64) kernel=$img/vmlinux baseline=1 ;;
+  aarch64) kernel=$img/Image baseline=0 ;;
+esac
+for f in "$kernel" "$img/initramfs.cpio.gz" "$bin"; do
   [ -f "$f" ] || { echo "vm-bench: missing $f" >&2; exit 2; }
 done
-kernel=$img/vmlinux
 
 # Runs in L1 (busybox sh). Times from /proc/uptime (10 ms resolution: the
 # boots take seconds here).
@@ -27,22 +34,13 @@ export XDG_RUNTIME_DIR=/tmp/rt HOME=/tmp/h BOXDESK_IMAGE_DIR=/run/host$img
 mkdir -p -m 700 /tmp/rt /tmp/h
 B=/run/host$bin
 now() { cut -d' ' -f1 /proc/uptime | tr -d .; }
-i=0
-while [ \$i -lt $runs ]; do
-  t0=\$(now); \$B run --backend kvm -- true; t1=\$(now)
-  echo "ours: run -- true: \$(( (t1 - t0) * 10 )) ms"
-  i=\$((i + 1))
-done
+\$B bench boot --backend kvm --runs $runs
 \$B run --backend kvm -d --name b1 >/dev/null
-\$B info b1 | grep -E '^(boot_ms|pid) '
-pid=\$(\$B info b1 | sed -n 's/^pid //p')
-# RSS of the helper minus the guest RAM mapping (512 MiB).
-awk '/^Size:/ {size=\$2} /^Rss:/ {if (size != 524288) rss += \$2; else guest = \$2} END {printf "ours: VMM RSS without guest memory: %.1f MiB (guest RAM resident %.1f MiB)\n", rss/1024, guest/1024}' /proc/\$pid/smaps
 t0=\$(now); \$B exec b1 -- head -c 67108864 /dev/zero | wc -c; t1=\$(now)
 echo "ours: vsock guest->host 64 MiB in \$(( (t1 - t0) * 10 )) ms"
 \$B stop b1
 i=0
-while [ \$i -lt $runs ]; do
+while [ $baseline = 1 ] && [ \$i -lt $runs ]; do
   rm -f /host/tmp/q.log
   t0=\$(now)
   chroot /host qemu-system-x86_64 -enable-kvm -M microvm -cpu host -smp 1 -m 512 -nodefaults -no-user-config -display none -no-reboot \
@@ -61,4 +59,4 @@ while [ \$i -lt $runs ]; do
   i=\$((i + 1))
 done
 EOF
-bash "$here/run.sh" x86_64 --hostroot --timeout 1200 -- /bin/sh -c "$script"
+bash "$here/run.sh" "$arch" --hostroot --timeout 1200 -- /bin/sh -c "$script"

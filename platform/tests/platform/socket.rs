@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use boxdesk_platform::socket::{
-    bind_exclusive, check_not_symlink, clear_if_stale, ensure_same_uid, is_live, peer_uid,
+    bind_exclusive, check_not_symlink, clear_if_stale, ensure_same_uid, is_live, peer_pid, peer_uid,
 };
 use boxdesk_platform::{euid, SocketError, Staleness, SUN_PATH_MAX};
 
@@ -171,6 +171,17 @@ fn peer_uid_of_a_socketpair_is_our_euid() {
     let (a, b) = UnixStream::pair().unwrap();
     assert_eq!(peer_uid(&a).unwrap(), euid());
     ensure_same_uid(&b).unwrap();
+}
+
+#[test]
+fn peer_pid_of_a_connected_socket_is_the_connecting_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let client = UnixStream::connect(&path).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    assert_eq!(peer_pid(&server).unwrap(), std::process::id() as i32);
+    assert_eq!(peer_pid(&client).unwrap(), std::process::id() as i32);
 }
 
 #[test]

@@ -24,6 +24,7 @@
 //! * [`loader`]: [`load_kernel`] (ELF or bzImage), [`load_initrd`];
 //! * [`boot`]: [`configure_system`] — command line, [`mptable`], [`zeropage`];
 //! * [`cpuid`], [`msr`], [`gdt`], [`paging`], [`regs`]: [`setup_vcpu`];
+//! * [`machine`]: the devices and boot steps the generic VMM calls;
 //! * [`ArchError`]: every failure, with the numbers needed to fix it.
 
 pub mod boot;
@@ -32,6 +33,7 @@ mod error;
 pub mod gdt;
 pub mod layout;
 pub mod loader;
+pub mod machine;
 pub mod mptable;
 pub mod msr;
 pub mod paging;
