@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the release (cargo-dist) configuration with the pinned dist:
-#   bash scripts/test-dist.sh
+#   bash scripts/test-dist.sh [--install-only]
 # 1. `dist plan` succeeds (so dist-workspace.toml parses and the committed
 #    .github/workflows/release.yml is what `dist generate` writes) and lists
 #    the archive of every release target, the installer, the Homebrew
@@ -33,8 +33,16 @@ die() { echo "test-dist: FAILED: $*" >&2; exit 1; }
 
 if [ "$("$dist" --version 2>/dev/null)" != "cargo-dist $dist_version" ]; then
   say "cargo install cargo-dist@$dist_version --root $tools"
-  nice -n 10 cargo install -q --locked "cargo-dist@$dist_version" --root "$tools"
+  mkdir -p "$tools"
+  # One install at a time (test.sh starts one early in the background).
+  exec 8>"$tools.lock"
+  flock 8
+  if [ "$("$dist" --version 2>/dev/null)" != "cargo-dist $dist_version" ]; then
+    nice -n 10 cargo install -q --locked "cargo-dist@$dist_version" --root "$tools"
+  fi
+  flock -u 8
 fi
+[ "${1:-}" != --install-only ] || exit 0
 
 # --- plan ---------------------------------------------------------------------
 say "dist plan"

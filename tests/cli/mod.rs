@@ -129,7 +129,8 @@ fn backends_that_cannot_run_here_are_refused_with_the_reason() {
     let out = env.run(["run", "--backend", "hvf", "--", "true"]);
     assert_eq!(out.code(), 125, "{out}");
     assert!(
-        out.stderr.contains("the hvf backend needs macOS on Apple silicon"),
+        out.stderr
+            .contains("the hvf backend needs macOS on Apple silicon"),
         "{out}"
     );
     if env.run(["doctor"]).stdout.contains("kvm (accelerated)") {
