@@ -18,7 +18,7 @@ use crate::bus::{BusDevice, SharedDevice};
 /// How much of the latest output [`Console::tail`] keeps.
 pub const TAIL_BYTES: usize = 4096;
 /// How much console input may wait for the guest to read; more is dropped.
-pub const MAX_PENDING_INPUT: usize = 64 << 10;
+pub const MAX_PENDING_INPUT: usize = 32 << 10;
 
 /// A UART the VMM uses as the guest's console, whichever the architecture.
 pub trait Console: BusDevice {

@@ -103,7 +103,7 @@ pub enum VcpuExit {
     /// crash (PSCI on aarch64). Stop every vCPU and act on it.
     SystemEvent(SystemEvent),
     /// A PSCI call the backend leaves to the VMM (Hypervisor.framework only:
-    /// `CPU_ON`, `CPU_OFF`, `AFFINITY_INFO`, `CPU_SUSPEND`); the PC is already
+    /// `CPU_ON`, `CPU_OFF`, `AFFINITY_INFO`); the PC is already
     /// past the `hvc`/`smc`. Act on it and write the PSCI return value to x0
     /// with [`set_regs`](crate::Vcpu::set_regs) before running again.
     Psci(PsciCall),

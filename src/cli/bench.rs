@@ -16,11 +16,11 @@ pub struct BootArgs {
     /// Sandboxes to start.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub runs: u32,
-    /// vCPUs per sandbox.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// vCPUs per sandbox (what a VM accepts: 1 to 64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cpus: u32,
-    /// Memory per sandbox in MiB.
-    #[arg(long, value_name = "MiB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(16..))]
+    /// Memory per sandbox in MiB (what a VM accepts: 64 to 65536).
+    #[arg(long, value_name = "MiB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(64..=65536))]
     pub mem: u32,
 }
 

@@ -62,7 +62,10 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     if !backend.is_vm()
         && (req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some())
     {
-        bail!("--kernel, --initrd and --rootfs need the kvm backend (this sandbox uses {backend})");
+        bail!(
+            "--kernel, --initrd and --rootfs need the {} backend (this sandbox uses {backend})",
+            boxdesk::sandbox::Backend::HOST_VM
+        );
     }
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
     let generated = req.name.is_none();

@@ -1,10 +1,10 @@
 //! Sandboxes: which backend runs one, and the helper process (`boxdesk
 //! __vmm`) that owns it for its whole life.
 //!
-//! `kvm` boots a microVM ([`crate::vmm`]) when the hypervisor can really
-//! run a 64-bit guest (`boxdesk_hv::probe`, cached per boot); `auto` picks
-//! it then and the namespace backend otherwise; `hvf` is macOS-only and not
-//! wired into the helper yet. The namespace backend ([`namespace`],
+//! `kvm` (Linux) and `hvf` (macOS on Apple silicon) boot a microVM
+//! ([`crate::vmm`]) when the hypervisor can really run a guest
+//! (`boxdesk_hv::probe`, cached per boot); `auto` picks this OS's one then
+//! and the namespace backend otherwise. The namespace backend ([`namespace`],
 //! [`seccomp`]) exists on Linux only; elsewhere asking for it (or for
 //! `auto` with no VM backend) is a clear error. This module must never let
 //! a namespace sandbox describe itself as a VM.

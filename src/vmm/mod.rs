@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use arch::host;
 use boxdesk_devices::bus::Bus;
-use boxdesk_devices::console::Console;
+use boxdesk_devices::console::SharedConsole;
 use boxdesk_devices::virtio::mmio::MmioTransport;
 use boxdesk_devices::virtio::{Memory, VirtioDevice};
 use boxdesk_hv::{DefaultHypervisor, Hypervisor, MapFlags, Vm as _};
@@ -33,8 +33,6 @@ use vm_memory::GuestMemoryBackend as _;
 /// The host's hypervisor VM and vCPU types (KVM on Linux, HVF on macOS).
 pub type HvVm = <DefaultHypervisor as Hypervisor>::Vm;
 pub type HvVcpu = <HvVm as boxdesk_hv::Vm>::Vcpu;
-/// What stops each vCPU thread (called on kill).
-type Kicks = Arc<Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>;
 
 /// Why a VM could not be built or started.
 #[derive(Debug, thiserror::Error)]
@@ -113,31 +111,47 @@ pub enum VmEnd {
     },
 }
 
+/// How the VM ended, once it has, and what stops its vCPU threads.
 struct Ending {
     end: Mutex<Option<VmEnd>>,
     cv: Condvar,
     stop: AtomicBool,
+    /// Run once the VM ends (however it ends): each vCPU's kick, and the
+    /// wake-up of secondaries waiting for PSCI `CPU_ON`.
+    on_stop: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
 }
 
 impl Ending {
-    /// Records the first end; later ones are ignored.
+    /// Records the first end and stops every vCPU; later ends are ignored.
     fn set(&self, end: VmEnd) {
-        let mut e = lock(&self.end);
-        if e.is_none() {
+        {
+            let mut e = lock(&self.end);
+            if e.is_some() {
+                return;
+            }
             *e = Some(end);
             self.stop.store(true, Ordering::SeqCst);
             self.cv.notify_all();
         }
+        for stop in lock(&self.on_stop).iter() {
+            stop();
+        }
+    }
+
+    /// Adds something to run when the VM ends; runs it at once if it has.
+    fn on_stop(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let mut all = lock(&self.on_stop);
+        if self.stop.load(Ordering::SeqCst) {
+            f();
+        }
+        all.push(f);
     }
 }
 
 /// A started VM.
 pub struct RunningVm {
     ending: Arc<Ending>,
-    /// What stops each vCPU thread: its kick, and on aarch64 the wake-up of
-    /// secondaries still waiting for PSCI `CPU_ON`.
-    kicks: Kicks,
-    console: Arc<Mutex<dyn Console>>,
+    console: SharedConsole,
     // Held for the VM's life: memory, the VM and the devices.
     _mem: Memory,
     _vm: Arc<HvVm>,
@@ -205,6 +219,7 @@ impl RunningVm {
             end: Mutex::new(None),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
+            on_stop: Mutex::new(Vec::new()),
         });
         let mut buses = Buses::default();
         let mut irqs = irq::Lines::new(&vm);
@@ -262,7 +277,6 @@ impl RunningVm {
 
         let vm = RunningVm {
             ending,
-            kicks: Arc::new(Mutex::new(Vec::new())),
             console,
             _mem: mem,
             _vm: vm,
@@ -276,7 +290,6 @@ impl RunningVm {
             mem: vm._mem.clone(),
             buses: Arc::new(buses),
             ending: vm.ending.clone(),
-            kicks: vm.kicks.clone(),
             console: vm.console.clone(),
             boot: Arc::new(boot),
             vcpus: spec.vcpus,
@@ -322,9 +335,6 @@ impl RunningVm {
     /// already.
     pub fn kill(&self) {
         self.ending.set(VmEnd::Killed);
-        for kick in lock(&self.kicks).iter() {
-            kick();
-        }
     }
 
     /// The serial console's last output.
@@ -339,7 +349,7 @@ impl Drop for RunningVm {
     }
 }
 
-fn console_tail(console: &Mutex<dyn Console>) -> String {
+fn console_tail(console: &SharedConsole) -> String {
     let tail = lock(console).tail();
     String::from_utf8_lossy(&tail).into_owned()
 }

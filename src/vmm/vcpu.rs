@@ -1,20 +1,22 @@
 //! The vCPU threads: each creates its vCPU (a vCPU belongs to the thread
 //! that created it), sets up its boot state through the host's machine,
-//! reports ready, and turns every exit into one bus call until the VM
-//! ends. An exit the VMM cannot serve ends the VM as a crash with the
-//! console's tail. On aarch64 with VMM-side PSCI (Hypervisor.framework),
-//! secondary vCPUs wait for the guest's `CPU_ON` before entering it.
+//! reports ready, waits for [`Go::start`], and turns every exit into one
+//! bus call until the VM ends. An exit the VMM cannot serve ends the VM as
+//! a crash with the console's tail. With VMM-side PSCI (aarch64 on
+//! Hypervisor.framework) the machine's `before_run` holds a secondary until
+//! the guest's `CPU_ON`, and `psci` answers the calls the backend leaves.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
 
-use boxdesk_devices::console::Console;
+use boxdesk_devices::console::SharedConsole;
 use boxdesk_devices::virtio::Memory;
 use boxdesk_hv::{SystemEvent, Vcpu, VcpuExit, VcpuKick, Vm as _};
 
 use super::arch::host;
-use super::{console_tail, lock, Buses, Ending, HvVcpu, HvVm, Kicks, VmEnd, VmmError};
+use super::{console_tail, Buses, Ending, HvVcpu, HvVm, VmEnd, VmmError};
 
 /// What every vCPU thread shares.
 #[derive(Clone)]
@@ -23,15 +25,14 @@ pub(super) struct Shared {
     pub mem: Memory,
     pub buses: Arc<Buses>,
     pub ending: Arc<Ending>,
-    pub kicks: Kicks,
-    pub console: Arc<Mutex<dyn Console>>,
+    pub console: SharedConsole,
     pub boot: Arc<host::Boot>,
     pub vcpus: u32,
 }
 
 /// The vCPU threads, set up and waiting for [`Go::start`]; dropped without
 /// it, they end without running the guest.
-pub(super) struct Go(Vec<std::sync::mpsc::Sender<()>>);
+pub(super) struct Go(Vec<Sender<()>>);
 
 impl Go {
     /// Lets every vCPU enter the guest.
@@ -42,37 +43,27 @@ impl Go {
     }
 }
 
-/// Starts one thread per vCPU and waits until each has its vCPU set up (or
-/// one failed); the threads then wait for [`Go::start`].
+/// Starts one thread per vCPU and waits until each has its vCPU set up;
+/// the threads then wait for [`Go::start`]. Fails with the first setup
+/// error, or when a thread died before reporting.
 pub(super) fn start_all(shared: &Shared) -> Result<Go, VmmError> {
-    #[cfg(target_arch = "aarch64")]
-    let power = Arc::new(host::Power::new(shared.vcpus));
-    #[cfg(target_arch = "aarch64")]
-    {
-        let p = power.clone();
-        lock(&shared.kicks).push(Box::new(move || p.wake_all()));
-    }
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let boot = shared.boot.clone();
+    shared.ending.on_stop(Box::new(move || boot.wake_all()));
+    let (ready_tx, ready_rx) = channel();
     let mut go = Go(Vec::new());
     for id in 0..shared.vcpus {
         let (s, ready) = (shared.clone(), ready_tx.clone());
-        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = channel();
         go.0.push(go_tx);
-        #[cfg(target_arch = "aarch64")]
-        let power = power.clone();
         std::thread::Builder::new()
             .name(format!("vcpu{id}"))
             .spawn(move || {
                 let Some(mut vcpu) = setup(id, &s, ready) else {
                     return;
                 };
-                if go_rx.recv().is_err() {
-                    return;
+                if go_rx.recv().is_ok() {
+                    run(id, &mut vcpu, &s);
                 }
-                #[cfg(target_arch = "aarch64")]
-                run(id, &mut vcpu, &s, &power);
-                #[cfg(not(target_arch = "aarch64"))]
-                run(id, &mut vcpu, &s);
                 let _ = std::io::stderr().flush();
             })
             .map_err(VmmError::Thread)?;
@@ -82,18 +73,18 @@ pub(super) fn start_all(shared: &Shared) -> Result<Go, VmmError> {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
-            Err(_) => break,
+            Err(_) => {
+                return Err(VmmError::Thread(std::io::Error::other(
+                    "a vCPU thread died during setup",
+                )))
+            }
         }
     }
     Ok(go)
 }
 
 /// Creates vCPU `id` on this thread and sets up its boot state.
-fn setup(
-    id: u32,
-    s: &Shared,
-    ready: std::sync::mpsc::Sender<Result<(), VmmError>>,
-) -> Option<HvVcpu> {
+fn setup(id: u32, s: &Shared, ready: Sender<Result<(), VmmError>>) -> Option<HvVcpu> {
     let vcpu =
         s.vm.create_vcpu(id)
             .map_err(VmmError::from)
@@ -104,7 +95,7 @@ fn setup(
     match vcpu {
         Ok(vcpu) => {
             let kick = vcpu.kick_handle();
-            lock(&s.kicks).push(Box::new(move || kick.kick()));
+            s.ending.on_stop(Box::new(move || kick.kick()));
             let _ = ready.send(Ok(()));
             Some(vcpu)
         }
@@ -124,20 +115,12 @@ fn crash(s: &Shared, id: u32, what: impl std::fmt::Display) {
 }
 
 /// Runs vCPU `id` until the VM ends.
-fn run(
-    id: u32,
-    vcpu: &mut HvVcpu,
-    s: &Shared,
-    #[cfg(target_arch = "aarch64")] power: &host::Power,
-) {
+fn run(id: u32, vcpu: &mut HvVcpu, s: &Shared) {
     let stop = &s.ending.stop;
-    #[cfg(target_arch = "aarch64")]
-    if host::VMM_PSCI && id > 0 {
-        match host::wait_for_cpu_on(vcpu, id, power, stop) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => return crash(s, id, e),
-        }
+    match host::before_run(vcpu, id, &s.boot, stop) {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => return crash(s, id, e),
     }
     let mut buf = [0u8; 8];
     while !stop.load(Ordering::SeqCst) {
@@ -174,13 +157,9 @@ fn run(
             }
             VcpuExit::SystemEvent(SystemEvent::Poweroff) => s.ending.set(VmEnd::Poweroff),
             #[cfg(target_arch = "aarch64")]
-            VcpuExit::Psci(call) => match host::psci(vcpu, id, call, power, &s.boot) {
-                Ok(host::PsciNext::Run) => {}
-                Ok(host::PsciNext::Off) => match host::wait_for_cpu_on(vcpu, id, power, stop) {
-                    Ok(true) => {}
-                    Ok(false) => return,
-                    Err(e) => return crash(s, id, e),
-                },
+            VcpuExit::Psci(call) => match host::psci(vcpu, id, call, &s.boot, stop) {
+                Ok(true) => {}
+                Ok(false) => return,
                 Err(e) => return crash(s, id, e),
             },
             other => return crash(s, id, format_args!("{other:?}")),

@@ -23,6 +23,8 @@ impl SysReg {
 
     /// MPIDR_EL1: the vCPU's affinity (the GIC and PSCI name CPUs by it).
     pub const MPIDR_EL1: Self = Self::new(3, 0, 0, 0, 5);
+    /// SCTLR_EL1: system control (MMU and caches on/off).
+    pub const SCTLR_EL1: Self = Self::new(3, 0, 1, 0, 0);
     /// CNTV_CTL_EL0: virtual timer control.
     pub const CNTV_CTL_EL0: Self = Self::new(3, 3, 14, 3, 1);
     /// CNTV_CVAL_EL0: virtual timer compare value.
@@ -91,6 +93,10 @@ pub struct Regs {
 /// PSTATE for entering a kernel: EL1h with D, A, I and F masked (0x3c5).
 pub const PSTATE_EL1H_MASKED: u64 = 0x3c5;
 
+/// SCTLR_EL1 as a CPU comes out of reset: MMU and caches off, the RES1
+/// bits set (what KVM gives a vCPU on PSCI `CPU_ON`).
+pub const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+
 /// Where the VMM puts an in-kernel (or framework) GICv3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GicConfig {
@@ -139,6 +145,7 @@ mod tests {
     #[test]
     fn sysreg_encodings_match_hypervisor_framework_values() {
         assert_eq!(SysReg::MPIDR_EL1.0, 0xc005);
+        assert_eq!(SysReg::SCTLR_EL1.0, 0xc080);
         assert_eq!(SysReg::CNTV_CTL_EL0.0, 0xdf19);
         assert_eq!(SysReg::CNTV_CVAL_EL0.0, 0xdf1a);
     }

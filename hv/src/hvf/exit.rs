@@ -139,6 +139,14 @@ impl HvfVcpu {
         match call {
             PsciCall::SystemOff => Ok(Some(VcpuExit::SystemEvent(SystemEvent::Poweroff))),
             PsciCall::SystemReset => Ok(Some(VcpuExit::SystemEvent(SystemEvent::Reset))),
+            // Standby or powerdown alike, as KVM does: wait like WFI, then
+            // return success (a powerdown resume from its entry point is
+            // optional for the PSCI caller).
+            PsciCall::CpuSuspend { .. } => {
+                self.wait_for_interrupt()?;
+                self.set_x(0, 0)?;
+                Ok(None)
+            }
             _ => match call.stateless_answer() {
                 Some(answer) => {
                     self.set_x(0, answer as u64)?;

@@ -68,6 +68,16 @@ impl HvfVcpu {
             _thread_bound: PhantomData,
         };
         this.set_sys_reg(SysReg::MPIDR_EL1, mpidr_for(id))?;
+        let own = this
+            .vcpu
+            .get_vtimer_offset()
+            .map_err(|e| HvfError::Call("hv_vcpu_get_vtimer_offset", e))?;
+        let common = *this.shared.vtimer_offset.get_or_init(|| own);
+        if common != own {
+            this.vcpu
+                .set_vtimer_offset(common)
+                .map_err(|e| HvfError::Call("hv_vcpu_set_vtimer_offset", e))?;
+        }
         Ok(this)
     }
 

@@ -67,6 +67,9 @@ pub(super) struct Shared {
     pub gic: Gic,
     /// Wake-up state of each vCPU, for interrupt delivery.
     pub vcpus: Mutex<Vec<Arc<KickState>>>,
+    /// The virtual counter offset every vCPU shares (the first vCPU's):
+    /// arm64 booting.rst wants CNTVOFF equal on all CPUs.
+    pub vtimer_offset: std::sync::OnceLock<u64>,
     _token: VmToken,
 }
 
@@ -115,6 +118,7 @@ impl HvfVm {
             dirty: Mutex::new(HashMap::new()),
             gic,
             vcpus: Mutex::new(Vec::new()),
+            vtimer_offset: std::sync::OnceLock::new(),
             _token: token,
         };
         Ok(Self {

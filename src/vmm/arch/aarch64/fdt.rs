@@ -18,8 +18,9 @@ use super::layout::{self, AMBA_SIZE, RAM_START, RTC_SPI, RTC_START, UART_SPI, UA
 use super::loader::fdt_address;
 use super::ArchError;
 
-/// How the guest calls PSCI: KVM answers `hvc`; Hypervisor.framework traps
-/// `smc` to the VMM (an `hvc` would be its own).
+/// How the guest calls PSCI: `hvc`, which KVM answers in the kernel; `smc`
+/// on Hypervisor.framework, which traps both to the VMM (`smc` as libkrun
+/// uses there, keeping `hvc` free for a paravirtual interface).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PsciMethod {
     /// `hvc #0` (KVM).

@@ -5,12 +5,14 @@
 //! `AFFINITY_INFO`, `CPU_SUSPEND`).
 
 use std::fs::File;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use boxdesk_devices::console::Console;
+use boxdesk_devices::console::{self, SharedConsole};
 use boxdesk_devices::pl011::{Pl011, PL011_SIZE};
 use boxdesk_devices::pl031::{Pl031, PL031_SIZE};
-use boxdesk_hv::arch::aarch64::PSTATE_EL1H_MASKED;
+
+use boxdesk_hv::arch::aarch64::{SysReg, PSTATE_EL1H_MASKED, SCTLR_EL1_RESET};
 use boxdesk_hv::psci::{ret, PsciCall};
 use boxdesk_hv::{Vcpu, VmConfig};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
@@ -66,14 +68,11 @@ pub fn add_devices(
     console: File,
     _on_reset: Box<dyn Fn() + Send>,
     buses: &mut Buses,
-) -> Result<Arc<Mutex<dyn Console>>, VmmError> {
-    let uart = Arc::new(Mutex::new(Pl011::new(
-        Box::new(console),
-        irqs.line(UART_SPI)?,
-    )));
+) -> Result<SharedConsole, VmmError> {
+    let (uart, device) = console::shared(Pl011::new(Box::new(console), irqs.line(UART_SPI)?));
     buses
         .mmio
-        .insert(UART_START, PL011_SIZE, uart.clone())
+        .insert(UART_START, PL011_SIZE, device)
         .map_err(dev("pl011"))?;
     buses
         .mmio
@@ -97,13 +96,22 @@ fn cmdline(rootfs: Option<bool>) -> String {
     c
 }
 
-/// What the boot vCPU starts with.
-#[derive(Debug, Clone)]
+/// What the boot vCPU starts with, and (VMM-side PSCI) the power state
+/// the secondaries wait on.
+#[derive(Debug)]
 pub struct Boot {
     entry: GuestAddress,
     fdt: GuestAddress,
     /// Guest RAM: where a `CPU_ON` entry point may be.
     ram: std::ops::Range<u64>,
+    power: CpuPower,
+}
+
+impl Boot {
+    /// Wakes secondaries waiting for `CPU_ON` to see the VM's stop flag.
+    pub fn wake_all(&self) {
+        self.power.wake_all();
+    }
 }
 
 /// Writes the device tree.
@@ -135,6 +143,7 @@ pub fn write_boot(
         entry: loaded.kernel.entry,
         fdt,
         ram: RAM_START..RAM_START + mem_bytes,
+        power: CpuPower::new(vcpus),
     })
 }
 
@@ -164,61 +173,71 @@ fn enter(vcpu: &mut HvVcpu, id: u32, pc: u64, x0: u64) -> Result<(), ArchError> 
     vcpu.set_regs(&regs).map_err(err("set the boot registers"))
 }
 
-/// The VMM's PSCI state, for [`VMM_PSCI`].
-pub type Power = CpuPower;
-
-/// Blocks a secondary vCPU until a `CPU_ON` names it, then points it at the
-/// entry. `false` when the VM stopped first.
-pub fn wait_for_cpu_on(
+/// Before vCPU `id` first runs: with VMM-side PSCI, a secondary waits for a
+/// `CPU_ON` naming it. `false` when the VM stopped first.
+pub fn before_run(
     vcpu: &mut HvVcpu,
     id: u32,
-    power: &Power,
-    stop: &std::sync::atomic::AtomicBool,
+    boot: &Boot,
+    stop: &AtomicBool,
 ) -> Result<bool, ArchError> {
-    match power.wait_on(id, stop) {
-        Some((entry, context)) => enter(vcpu, id, entry, context).map(|()| true),
-        None => Ok(false),
+    if VMM_PSCI && id > 0 {
+        wait_for_cpu_on(vcpu, id, boot, stop)
+    } else {
+        Ok(true)
     }
 }
 
-/// What the vCPU thread does after a PSCI call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PsciNext {
-    /// Run the guest again.
-    Run,
-    /// The vCPU turned itself off: wait for the next `CPU_ON`.
-    Off,
+/// Blocks until a `CPU_ON` names vCPU `id`, then starts it the way a CPU
+/// leaves reset (MMU and caches off: it may have been on before a
+/// `CPU_OFF`) at the requested entry. `false` when the VM stopped first.
+fn wait_for_cpu_on(
+    vcpu: &mut HvVcpu,
+    id: u32,
+    boot: &Boot,
+    stop: &AtomicBool,
+) -> Result<bool, ArchError> {
+    let Some((entry, context)) = boot.power.wait_on(id, stop) else {
+        return Ok(false);
+    };
+    vcpu.set_sys_reg(SysReg::SCTLR_EL1, SCTLR_EL1_RESET)
+        .map_err(|source| ArchError::Vcpu {
+            id,
+            op: "reset SCTLR_EL1",
+            source,
+        })?;
+    enter(vcpu, id, entry, context).map(|()| true)
 }
 
-/// Answers a PSCI call the backend left to the VMM, writing x0.
+/// Answers a PSCI call the backend left to the VMM (writing x0), or turns
+/// the vCPU off until the next `CPU_ON`. `false` when the VM stopped while
+/// it was off.
 pub fn psci(
     vcpu: &mut HvVcpu,
     id: u32,
     call: PsciCall,
-    power: &Power,
     boot: &Boot,
-) -> Result<PsciNext, ArchError> {
+    stop: &AtomicBool,
+) -> Result<bool, ArchError> {
     let answer = match call {
         PsciCall::CpuOn {
             target,
             entry,
             context,
-        } => power.cpu_on(target, entry, context, boot.ram.clone()),
+        } => boot.power.cpu_on(target, entry, context, boot.ram.clone()),
         PsciCall::AffinityInfo {
             target,
             lowest_level,
-        } => power.affinity_info(target, lowest_level),
+        } => boot.power.affinity_info(target, lowest_level),
         PsciCall::CpuOff => {
-            power.cpu_off(id);
-            return Ok(PsciNext::Off);
+            boot.power.cpu_off(id);
+            return wait_for_cpu_on(vcpu, id, boot, stop);
         }
-        // A standby suspend is a WFI the backend already waited out.
-        PsciCall::CpuSuspend { .. } => ret::SUCCESS,
         _ => ret::NOT_SUPPORTED,
     };
     let err = |op| move |source| ArchError::Vcpu { id, op, source };
     let mut regs = vcpu.get_regs().map_err(err("read the registers"))?;
     regs.x[0] = answer as u64;
     vcpu.set_regs(&regs).map_err(err("answer a PSCI call"))?;
-    Ok(PsciNext::Run)
+    Ok(true)
 }

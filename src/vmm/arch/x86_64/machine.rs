@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::sync::{Arc, Mutex};
 
-use boxdesk_devices::console::Console;
+use boxdesk_devices::console::{self, SharedConsole};
 use boxdesk_devices::i8042::I8042;
 use boxdesk_devices::serial::{Serial, SERIAL_PORT_BASE, SERIAL_PORT_LEN};
 use boxdesk_hv::VmConfig;
@@ -63,14 +63,11 @@ pub fn add_devices(
     console: File,
     on_reset: Box<dyn Fn() + Send>,
     buses: &mut Buses,
-) -> Result<Arc<Mutex<dyn Console>>, VmmError> {
-    let serial = Arc::new(Mutex::new(Serial::new(
-        Box::new(console),
-        irqs.line(SERIAL_IRQ)?,
-    )));
+) -> Result<SharedConsole, VmmError> {
+    let (serial, device) = console::shared(Serial::new(Box::new(console), irqs.line(SERIAL_IRQ)?));
     buses
         .pio
-        .insert(SERIAL_PORT_BASE, SERIAL_PORT_LEN, serial.clone())
+        .insert(SERIAL_PORT_BASE, SERIAL_PORT_LEN, device)
         .map_err(dev("serial"))?;
     buses
         .pio
@@ -110,6 +107,11 @@ pub struct Boot {
     entry: GuestAddress,
 }
 
+impl Boot {
+    /// Nothing to wake: x86_64 vCPUs wait for their SIPI inside KVM.
+    pub fn wake_all(&self) {}
+}
+
 /// Writes the command line, MP table and zero page.
 pub fn write_boot(
     mem: &GuestMemoryMmap,
@@ -135,6 +137,16 @@ pub fn write_boot(
     Ok(Boot {
         entry: loaded.kernel.entry,
     })
+}
+
+/// Before a vCPU first runs: nothing (KVM's LAPIC holds the secondaries).
+pub fn before_run(
+    _vcpu: &mut HvVcpu,
+    _id: u32,
+    _boot: &Boot,
+    _stop: &std::sync::atomic::AtomicBool,
+) -> Result<bool, ArchError> {
+    Ok(true)
 }
 
 /// CPUID, MSRs, FPU, LAPIC and (the boot vCPU) long-mode registers.
