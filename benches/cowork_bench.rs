@@ -15,6 +15,9 @@
 //! 55 MB/s, 1.5 GB RSS and 54 ms spawn after the stream.
 //! Run with `cargo bench -p boxdesk --bench cowork_bench`.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -22,12 +25,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-
-fn bin() -> PathBuf {
-    std::env::var_os("BOXDESK_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_boxdesk")))
-}
 
 struct Server {
     root: PathBuf,
@@ -37,17 +34,9 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let root = std::env::temp_dir().join(format!("bxcw-{}", std::process::id()));
-        for d in ["run", "home", "data"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        Command::new("chmod")
-            .args(["-R", "700"])
-            .arg(&root)
-            .status()
-            .unwrap();
+        let root = support::private_root("bxcw", &["run", "home", "data"]);
         let sock = root.join("run/cw.sock");
-        let child = Command::new(bin())
+        let child = Command::new(support::bin())
             .args(["cowork", "-socket"])
             .arg(&sock)
             .env("HOME", root.join("home"))

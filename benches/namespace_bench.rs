@@ -10,17 +10,14 @@
 //! Targets: exec ≤ 3 ms p50; helper idle RSS ≤ 8 MiB. Run with
 //! `cargo bench -p boxdesk --bench namespace_bench` (not a timed test).
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use boxdesk_channel::{Exec, Frame, Session};
-
-fn bin() -> PathBuf {
-    std::env::var_os("BOXDESK_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_boxdesk")))
-}
 
 struct Env {
     root: PathBuf,
@@ -28,20 +25,12 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let root = std::env::temp_dir().join(format!("bxbench-{}", std::process::id()));
-        for d in ["run", "state", "home"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        Command::new("chmod")
-            .args(["-R", "700"])
-            .arg(&root)
-            .status()
-            .unwrap();
+        let root = support::private_root("bxbench", &["run", "state", "home"]);
         Env { root }
     }
 
     fn cmd(&self) -> Command {
-        let mut c = Command::new(bin());
+        let mut c = Command::new(support::bin());
         c.env("XDG_RUNTIME_DIR", self.root.join("run"))
             .env("XDG_STATE_HOME", self.root.join("state"))
             .env("HOME", self.root.join("home"))
@@ -162,7 +151,7 @@ fn main() {
     }
     let env = Env::new();
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("boxdesk namespace bench ({})", bin().display());
+    println!("boxdesk namespace bench ({})", support::bin().display());
     println!("load average before: {}", load().trim());
 
     // Each group runs its cases round-robin, so load from elsewhere on the

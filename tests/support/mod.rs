@@ -336,8 +336,13 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Waits up to 10 s for `pid` to be gone.
 pub fn wait_gone(pid: u32) -> bool {
+    wait_gone_within(pid, Duration::from_secs(10))
+}
+
+/// Whether `pid` exits within `limit`.
+pub fn wait_gone_within(pid: u32, limit: Duration) -> bool {
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
+    while start.elapsed() < limit {
         if !pid_alive(pid) {
             return true;
         }

@@ -205,12 +205,8 @@ fn poweroff_in_the_guest_ends_its_helper_cleanly_through_psci_system_off() {
             .unwrap(),
     );
     let log = || std::fs::read_to_string(env.runtime().join("vm5.log")).unwrap_or_default();
-    let start = Instant::now();
-    while support::pid_alive(pid) && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
     assert!(
-        !support::pid_alive(pid),
+        support::wait_gone_within(pid, Duration::from_secs(60)),
         "the helper kept running after poweroff; its log:\n{}",
         log()
     );
