@@ -34,6 +34,9 @@ pub fn boot(a: BootArgs) -> anyhow::Result<i32> {
         mem_mib: a.mem,
         net: false,
         keep: false,
+        reuse: false,
+        pids: boxdesk::sandbox::DEFAULT_PIDS,
+        tmp_bytes: boxdesk::sandbox::DEFAULT_TMP_BYTES,
         detach: false,
         vm: run::VmFlags::default(),
         exec: super::ExecOpts {

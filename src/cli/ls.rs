@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use boxdesk::control::{ClientError, ControlClient};
-use boxdesk::sandbox::state::StateDir;
+use boxdesk::sandbox::lock::NameLock;
+use boxdesk::sandbox::state::{Leftover, StateDir};
 use boxdesk_platform::socket::{self, Staleness};
 use boxdesk_platform::{dirs, names, SandboxPaths};
 
@@ -39,7 +40,9 @@ const NUMERIC: [&str; 7] = [
     "sandbox_pid",
 ];
 
-/// `boxdesk ls [--json]`.
+/// `boxdesk ls [--json]`: running sandboxes from their control sockets,
+/// then those whose state dir outlived them (`dead`: the sandbox or its
+/// helper died; `stopped`: kept with `--keep`).
 pub fn ls(json: bool) -> anyhow::Result<i32> {
     let runtime = dirs::runtime_dir()?;
     let mut names: Vec<String> = fs::read_dir(&runtime)
@@ -51,6 +54,7 @@ pub fn ls(json: bool) -> anyhow::Result<i32> {
         .collect();
     names.sort();
     let mut rows = Vec::new();
+    let mut live = Vec::new();
     for name in names {
         let paths = SandboxPaths::new(&runtime, &name)?;
         match socket::clear_if_stale(&paths.sock) {
@@ -66,6 +70,7 @@ pub fn ls(json: bool) -> anyhow::Result<i32> {
                 continue;
             }
         }
+        live.push(name.clone());
         match ControlClient::connect(&paths.sock, &name).and_then(|mut c| c.info()) {
             Ok(info) => rows.push(info),
             Err(e) => {
@@ -77,12 +82,54 @@ pub fn ls(json: bool) -> anyhow::Result<i32> {
             }
         }
     }
+    if let Ok(state_root) = dirs::state_dir() {
+        for (name, state) in StateDir::all(&state_root) {
+            if live.contains(&name) || NameLock::is_held(&runtime, &name) {
+                continue;
+            }
+            let left = state.leftover();
+            let mut row = vec![
+                ("name".to_owned(), name),
+                ("state".to_owned(), left.word().to_owned()),
+                ("state_dir".to_owned(), state.dir.display().to_string()),
+            ];
+            if let Leftover::Dead(Some(why)) = left {
+                row.push(("reason".to_owned(), why));
+            }
+            rows.push(row);
+        }
+    }
     if json {
         println!("{}", to_json(&rows));
     } else {
         print!("{}", table(&rows));
     }
     Ok(0)
+}
+
+/// What a name with no helper behind it left: its state dir, if any.
+pub fn leftover(name: &str) -> Option<StateDir> {
+    let root = dirs::state_dir().ok()?;
+    StateDir::existing(&root, name)
+}
+
+/// The error for a name no helper answers: dead (with what to do) or
+/// unknown.
+pub fn not_running(name: &str, e: impl std::fmt::Display) -> anyhow::Error {
+    match leftover(name) {
+        Some(state) => match state.leftover() {
+            Leftover::Dead(why) => anyhow::anyhow!(
+                "sandbox {name} is dead{}; `boxdesk stop {name}` removes its state ({})",
+                why.map(|w| format!(" ({w})")).unwrap_or_default(),
+                state.dir.display()
+            ),
+            Leftover::Stopped => anyhow::anyhow!(
+                "sandbox {name} is stopped (its state was kept: {}); `boxdesk run --name {name} --reuse` starts it again over that state",
+                state.dir.display()
+            ),
+        },
+        None => anyhow::anyhow!("{e}"),
+    }
 }
 
 fn get<'a>(row: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -162,18 +209,35 @@ fn human_ms(ms: u64) -> String {
 /// `boxdesk info NAME`.
 pub fn info(name: &str) -> anyhow::Result<i32> {
     let (_, paths) = super::sandbox_paths(name)?;
-    let info = ControlClient::connect(&paths.sock, name)?.info()?;
-    for (k, v) in info {
+    let mut client = match ControlClient::connect(&paths.sock, name) {
+        Ok(c) => c,
+        Err(e) => return Err(not_running(name, e)),
+    };
+    for (k, v) in client.info()? {
         println!("{k} {v}");
     }
     Ok(0)
 }
 
 /// `boxdesk stop NAME`: returns once the helper has exited; after
-/// [`STOP_WAIT`] it is killed, also when it never answers the request.
+/// [`STOP_WAIT`] it is killed, also when it never answers the request. A
+/// dead sandbox (state dir, no helper) has its state removed; a `--keep`
+/// one keeps it.
 pub fn stop(name: &str) -> anyhow::Result<i32> {
-    let (_, paths) = super::sandbox_paths(name)?;
-    let mut client = ControlClient::connect(&paths.sock, name)?;
+    let (runtime, paths) = super::sandbox_paths(name)?;
+    let mut client = match ControlClient::connect(&paths.sock, name) {
+        Ok(c) => c,
+        Err(e) => {
+            if NameLock::is_held(&runtime, name) {
+                return Err(e.into());
+            }
+            let Some(state) = leftover(name) else {
+                return Err(e.into());
+            };
+            clean_up_after(name, &paths, &state);
+            return Ok(0);
+        }
+    };
     // Who listens, from the kernel rather than from `info`: a helper that
     // does not answer (stopped, wedged) must still be found and killed.
     let pid = client.peer_pid();
@@ -201,14 +265,8 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 // The helper had no chance to clean up: do its part.
-                let left = dirs::state_dir()
-                    .ok()
-                    .and_then(|root| StateDir::left_behind(&root, name));
-                if let Some(state) = left {
-                    if let Err(e) = state.remove() {
-                        tracing::warn!("cannot remove {}: {e}", state.dir.display());
-                    }
-                    let _ = fs::remove_file(&paths.log);
+                if let Some(state) = leftover(name) {
+                    clean_up_after(name, &paths, &state);
                 }
                 break;
             }
@@ -218,6 +276,26 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
     let _ = socket::clear_if_stale(&paths.sock);
     let _ = socket::clear_if_stale(&paths.agent);
     Ok(0)
+}
+
+/// A helper's clean-up done for it: the state dir (unless `--keep`), the
+/// log, stale sockets.
+fn clean_up_after(name: &str, paths: &SandboxPaths, state: &StateDir) {
+    if state.keep() {
+        eprintln!(
+            "boxdesk: {name} was started with --keep: its state stays in {}",
+            state.dir.display()
+        );
+        state.mark_stopped();
+    } else {
+        if let Err(e) = state.remove() {
+            tracing::warn!("cannot remove {}: {e}", state.dir.display());
+        }
+        let _ = fs::remove_file(&paths.log);
+        let _ = fs::remove_file(boxdesk::sandbox::log::rotated(&paths.log));
+    }
+    let _ = socket::clear_if_stale(&paths.sock);
+    let _ = socket::clear_if_stale(&paths.agent);
 }
 
 /// `/proc/<pid>/stat`: (state, start time in clock ticks).

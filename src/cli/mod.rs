@@ -31,9 +31,10 @@ pub const EXIT_TIMEOUT: i32 = 124;
 
 /// boxdesk: run commands in sandboxes.
 ///
-/// Only the namespace backend (bubblewrap: user, mount, pid, uts, ipc and
-/// net namespaces plus a seccomp filter) exists so far; VM backends are not
-/// implemented yet. Exit codes: the command's own status, 128+N when it was
+/// Backends: kvm (Linux) and hvf (macOS, Apple silicon) boot a microVM; the
+/// namespace backend (bubblewrap: user, mount, pid, uts, ipc and net
+/// namespaces, no capabilities, a seccomp filter, cgroup limits) runs where
+/// no VM can; `boxdesk doctor` says which `auto` picks here. Exit codes: the command's own status, 128+N when it was
 /// killed by signal N, 124 when --timeout expired, 125 when boxdesk itself
 /// failed.
 #[derive(Debug, Parser)]
@@ -131,12 +132,22 @@ struct RunArgs {
     /// auto, kvm, hvf or namespace [default: $BOXDESK_BACKEND, else auto].
     #[arg(long)]
     backend: Option<String>,
-    /// vCPUs to record (the namespace backend does not enforce it).
+    /// vCPUs of a VM; the CPU quota of a namespace sandbox (cgroups).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     cpus: u32,
-    /// Memory in MiB to record (the namespace backend does not enforce it).
+    /// Memory in MiB: a VM's RAM; a namespace sandbox's memory limit (cgroups).
     #[arg(long, value_name = "MiB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(16..))]
     mem: u32,
+    /// Most processes and threads a namespace sandbox may hold at once.
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(16..=4_194_304))]
+    pids: u64,
+    /// Size of a namespace sandbox's /tmp (and /dev/shm): bytes, or with K, M or G.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    tmp: u64,
+    /// Run over the state dir (/work, /root, /results) an earlier sandbox of
+    /// this name left behind, instead of refusing.
+    #[arg(long)]
+    reuse: bool,
     /// Share the host's network (default: none, only a private loopback).
     #[arg(long)]
     net: bool,
@@ -202,6 +213,12 @@ struct VmmArgs {
     #[arg(long)]
     keep: bool,
     #[arg(long)]
+    reuse: bool,
+    #[arg(long, default_value_t = boxdesk::sandbox::DEFAULT_PIDS)]
+    pids: u64,
+    #[arg(long, default_value_t = boxdesk::sandbox::DEFAULT_TMP_BYTES)]
+    tmp: u64,
+    #[arg(long)]
     kernel: Option<PathBuf>,
     #[arg(long)]
     initrd: Option<PathBuf>,
@@ -215,6 +232,30 @@ struct VmmArgs {
     /// Started by a foreground `run`: log only warnings.
     #[arg(long)]
     foreground: bool,
+}
+
+/// `256M`, `1G`, `512k`, `4096`: a size in bytes (K, M, G are powers of
+/// 1024; an optional `i`/`B` after them is accepted), at least 1 MiB.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
+    let t = t.strip_suffix('i').unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 256M, 1G)"))?;
+    let bytes = n
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
+    if bytes < 1 << 20 {
+        return Err(format!("{s:?} is under 1M"));
+    }
+    Ok(bytes)
 }
 
 /// Parses the arguments, runs the command and returns the exit code.
@@ -244,6 +285,9 @@ pub fn main() -> i32 {
             mem_mib: a.mem,
             net: a.net,
             keep: a.keep,
+            reuse: a.reuse,
+            pids: a.pids,
+            tmp_bytes: a.tmp,
             detach: a.detach,
             vm: run::VmFlags {
                 kernel: a.kernel,
@@ -316,6 +360,9 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
         mem_mib: a.mem,
         net: a.net,
         keep: a.keep,
+        reuse: a.reuse,
+        pids: a.pids,
+        tmp_bytes: a.tmp,
         ready,
         vm: backend.is_vm().then(|| helper::VmOptions {
             kernel: a.kernel,

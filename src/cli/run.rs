@@ -38,6 +38,9 @@ pub struct RunRequest {
     pub mem_mib: u32,
     pub net: bool,
     pub keep: bool,
+    pub reuse: bool,
+    pub pids: u64,
+    pub tmp_bytes: u64,
     pub detach: bool,
     pub vm: VmFlags,
     pub exec: ExecOpts,
@@ -77,6 +80,17 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
         None => free_name(&runtime)?,
     };
     let paths = SandboxPaths::new(&runtime, &name)?;
+    if !req.reuse && !generated {
+        if let Some(state) = super::ls::leftover(&name) {
+            if !boxdesk::sandbox::lock::NameLock::is_held(&runtime, &name) {
+                return Err(boxdesk::sandbox::state::StateError::Leftover {
+                    name,
+                    dir: state.dir,
+                }
+                .into());
+            }
+        }
+    }
     // Build the exec first so a bad --timeout or -e fails before starting.
     let exec_frame = match (&req.command[..], req.detach) {
         ([], true) => None,
@@ -124,7 +138,10 @@ fn free_name(runtime: &std::path::Path) -> anyhow::Result<String> {
             .wrapping_add(1442695040888963407);
         let name = format!("bx-{:04x}", (seed >> 48) as u16);
         let sock = runtime.join(format!("{name}.sock"));
-        if !socket::is_live(&sock) && !runtime.join(format!("{name}.lock")).exists() {
+        if !socket::is_live(&sock)
+            && !runtime.join(format!("{name}.lock")).exists()
+            && super::ls::leftover(&name).is_none()
+        {
             return Ok(name);
         }
     }
@@ -176,6 +193,11 @@ impl Helper {
         if req.keep {
             cmd.arg("--keep");
         }
+        if req.reuse {
+            cmd.arg("--reuse");
+        }
+        cmd.args(["--pids", &req.pids.to_string()])
+            .args(["--tmp", &req.tmp_bytes.to_string()]);
         for (flag, path) in [
             ("--kernel", &req.vm.kernel),
             ("--initrd", &req.vm.initrd),

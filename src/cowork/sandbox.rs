@@ -148,11 +148,17 @@ impl Sandbox {
         let log = layout.state.join(format!("sandbox-{tag}.log"));
         let spec = spec(layout, &net, &run_dir, staged)?;
         let agent_sock = run_dir.join("agent.sock");
-        let _ = std::fs::remove_file(&agent_sock);
         let agent = AgentAddr::new(&agent_sock).map_err(os("opening the run dir"))?;
         let dead = Arc::new(AtomicBool::new(false));
         let died = Arc::new(Notify::new());
-        let bwrap_pid = keeper(spec, log.clone(), dead.clone(), died.clone()).await?;
+        let bwrap_pid = keeper(
+            spec,
+            agent_sock.clone(),
+            log.clone(),
+            dead.clone(),
+            died.clone(),
+        )
+        .await?;
         let mut sb = Sandbox {
             agent,
             log,
@@ -261,7 +267,7 @@ impl Sandbox {
             if !self.alive() {
                 return Err(SandboxError::Died {
                     log: self.log.clone(),
-                    tail: crate::sandbox::helper::log_tail(&self.log),
+                    tail: crate::sandbox::log::tail(&self.log),
                 });
             }
             if let Ok(s) = self.connect().await {
@@ -328,48 +334,36 @@ fn spec(layout: &Layout, net: &Net, run_dir: &Path, staged: bool) -> Result<Spec
     mk(run_dir)?;
     mk(&layout.sessions)?;
     mk(&layout.home_mirror)?;
-    let exe = std::env::current_exe().map_err(|source| NamespaceError::Inspect {
-        what: "the boxdesk binary".into(),
-        source,
-    })?;
-    let host = namespace::scan_host(Path::new("/")).map_err(|source| NamespaceError::Inspect {
-        what: "/".into(),
-        source,
-    })?;
-    Ok(Spec {
-        name: "cowork".into(),
-        net: matches!(net, Net::Host),
-        host,
-        binds: vec![
-            Bind::Rw {
-                host: if staged {
-                    layout.staged_sessions()
-                } else {
-                    layout.sessions.clone()
-                },
-                inside: "/sessions".into(),
+    let mut spec = Spec::new("cowork")?;
+    spec.net = matches!(net, Net::Host);
+    spec.binds = vec![
+        Bind::Rw {
+            host: if staged {
+                layout.staged_sessions()
+            } else {
+                layout.sessions.clone()
             },
-            Bind::Rw {
-                host: if staged {
-                    layout.staged_home()
-                } else {
-                    layout.home_mirror.clone()
-                },
-                inside: layout.home.clone(),
+            inside: "/sessions".into(),
+        },
+        Bind::Rw {
+            host: if staged {
+                layout.staged_home()
+            } else {
+                layout.home_mirror.clone()
             },
-        ],
-        run_dir: run_dir.to_owned(),
-        home: layout.home.clone(),
-        cwd: "/sessions".into(),
-        exe,
-        rust_log: std::env::var_os("BOXDESK_AGENT_LOG"),
-    })
+            inside: layout.home.clone(),
+        },
+    ];
+    spec.home = layout.home.clone();
+    spec.cwd = "/sessions".into();
+    Ok(spec)
 }
 
 /// Starts bwrap on a thread that then waits for it, so `--die-with-parent`
 /// holds for the sandbox's whole life; returns bwrap's pid.
 async fn keeper(
     spec: Spec,
+    agent_sock: PathBuf,
     log: PathBuf,
     dead: Arc<AtomicBool>,
     died: Arc<Notify>,
@@ -379,16 +373,28 @@ async fn keeper(
         .name("cowork-sandbox".into())
         .stack_size(64 * 1024)
         .spawn(move || {
-            let started = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log)
-                .map_err(|source| NamespaceError::State { path: log, source })
-                .and_then(|f| namespace::spawn(&spec, &f));
+            // The agent's socket is bound here, outside the sandbox, and
+            // handed to the agent as a descriptor.
+            let _ = std::fs::remove_file(&agent_sock);
+            let started = std::os::unix::net::UnixListener::bind(&agent_sock)
+                .map_err(|source| NamespaceError::State {
+                    path: agent_sock.clone(),
+                    source,
+                })
+                .and_then(|l| namespace::spawn(&spec, &l.into(), Vec::new()));
             match started {
-                Ok(mut child) => {
+                Ok(started) => {
+                    let mut child = started.child;
+                    let output = started.output;
+                    let pumped = std::thread::Builder::new()
+                        .name("cowork-sandbox-log".into())
+                        .stack_size(64 * 1024)
+                        .spawn(move || crate::sandbox::log::pump(output, &log));
                     let _ = tx.send(Ok(child.id()));
                     let _ = child.wait();
+                    if let Ok(t) = pumped {
+                        let _ = t.join();
+                    }
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));

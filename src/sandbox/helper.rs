@@ -18,7 +18,7 @@
 
 use crate::sync::lock;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -73,14 +73,20 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 pub struct HelperOptions {
     /// The sandbox's name (already valid or refused here).
     pub name: String,
-    /// `--cpus`, recorded and reported (not enforced by namespaces).
+    /// `--cpus`: vCPUs of a VM, a CPU quota of a namespace sandbox.
     pub cpus: u32,
-    /// `--mem`, recorded and reported (not enforced by namespaces).
+    /// `--mem`: RAM of a VM, a memory limit of a namespace sandbox.
     pub mem_mib: u32,
     /// Share the host network.
     pub net: bool,
     /// Keep the state dir and log after stop.
     pub keep: bool,
+    /// Run over a state dir an earlier sandbox of this name left.
+    pub reuse: bool,
+    /// Most processes and threads inside (namespace backend).
+    pub pids: u64,
+    /// Size of `/tmp` and `/dev/shm`, bytes (namespace backend).
+    pub tmp_bytes: u64,
     /// Where to write one byte once ready. Closed without a byte on a
     /// failed start; otherwise held open until the helper exits, so the
     /// starter sees end-of-file exactly when the helper is gone.
@@ -188,6 +194,7 @@ struct Shared {
     mem_mib: u32,
     net: bool,
     keep: bool,
+    reused: bool,
     started: Instant,
     ready_ms: AtomicU64,
     phase: Mutex<Phase>,
@@ -205,6 +212,19 @@ struct Shared {
     is_vm: bool,
     /// The rootfs image, for `info`.
     rootfs: Option<PathBuf>,
+    /// What the backend adds to `info` (id map, limits).
+    extra_info: Mutex<Vec<(&'static str, String)>>,
+}
+
+/// Why a helper ends.
+#[derive(Debug)]
+enum End {
+    /// `stop`, or a signal to the helper: the state dir goes (unless
+    /// `--keep`).
+    Stop,
+    /// The sandbox died on its own: the state dir stays for `ls` to show as
+    /// `dead` and for `stop` to remove.
+    Died(String),
 }
 
 impl Sandbox for Shared {
@@ -249,11 +269,7 @@ impl Sandbox for Shared {
             ("state", phase.to_owned()),
             ("uptime_ms", self.started.elapsed().as_millis().to_string()),
         ];
-        if !self.is_vm {
-            // vcpus and mem_mib are what was asked for; namespaces do not
-            // enforce them.
-            v.push(("limits", "unenforced".to_owned()));
-        }
+        v.extend(lock(&self.extra_info).iter().cloned());
         match self.ready_ms.load(Ordering::Relaxed) {
             0 => {}
             ms if self.is_vm => v.push(("boot_ms", ms.to_string())),
@@ -267,15 +283,16 @@ impl Sandbox for Shared {
     }
 
     fn stop(&self) {
-        self.teardown(0)
+        self.teardown(0, End::Stop)
     }
 }
 
 impl Shared {
-    /// Removes the sockets, ends the sandbox, removes its state (unless
-    /// `--keep`) and exits the process with `code`. A second caller waits
-    /// for the first to finish.
-    fn teardown(&self, code: i32) -> ! {
+    /// Removes the sockets, ends the sandbox, removes its state (on a
+    /// [`End::Stop`] without `--keep`; a death leaves it, marked) and exits
+    /// the process with `code`. A second caller waits for the first to
+    /// finish.
+    fn teardown(&self, code: i32, end: End) -> ! {
         if self.stopping.swap(true, Ordering::SeqCst) {
             loop {
                 std::thread::park();
@@ -308,7 +325,8 @@ impl Shared {
             }
         }
         let _ = std::fs::remove_file(&self.paths.agent);
-        self.remove_state();
+        let _ = std::fs::remove_file(self.state.agent_sock());
+        self.finish_state(&end);
         std::process::exit(code)
     }
 
@@ -369,12 +387,25 @@ impl Shared {
         }
     }
 
-    fn remove_state(&self) {
-        if !self.keep {
-            if let Err(e) = self.state.remove() {
-                tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
+    /// The one rule for the state dir at the end (see [`super::state`]).
+    fn finish_state(&self, end: &End) {
+        match end {
+            End::Stop if self.keep => self.state.mark_stopped(),
+            End::Stop => {
+                if let Err(e) = self.state.remove() {
+                    tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
+                }
+                let _ = std::fs::remove_file(&self.paths.log);
+                let _ = std::fs::remove_file(super::log::rotated(&self.paths.log));
             }
-            let _ = std::fs::remove_file(&self.paths.log);
+            End::Died(why) => {
+                tracing::error!(
+                    "{why}; its state stays in {} until `boxdesk stop {}`",
+                    self.state.dir.display(),
+                    self.name
+                );
+                self.state.mark_ended(why);
+            }
         }
         if let Some(l) = lock(&self.lock).take() {
             l.release();
@@ -429,7 +460,9 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
     };
     let prepared = dirs::state_dir()
         .map_err(StateError::from)
-        .and_then(|root| StateDir::prepare(&root, &opts.name, opts.keep));
+        .and_then(|root| {
+            StateDir::prepare(&root, &opts.name, opts.keep, opts.reuse, state_owner(&opts))
+        });
     let state = match prepared {
         Ok(s) => s,
         Err(e) => {
@@ -445,6 +478,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
         mem_mib: opts.mem_mib,
         net: opts.net,
         keep: opts.keep,
+        reused: opts.reuse,
         started,
         ready_ms: AtomicU64::new(0),
         phase: Mutex::new(Phase::Starting),
@@ -462,6 +496,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
             .vm
             .as_ref()
             .and_then(|v| v.rootfs.as_ref().map(|r| r.0.clone())),
+        extra_info: Mutex::new(Vec::new()),
     });
 
     let sh = Arc::clone(&shared);
@@ -469,7 +504,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
         if let Ok(sig) = signals.wait() {
             tracing::info!("{sig}: stopping");
         }
-        sh.teardown(0)
+        sh.teardown(0, End::Stop)
     })?;
     let sh: Arc<dyn Sandbox> = Arc::clone(&shared) as Arc<dyn Sandbox>;
     spawn_thread("control-accept", move || {
@@ -482,6 +517,27 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
         return run_vm(&shared, &opts, vm_opts);
     }
     bwrap::run(shared, opts, agent_listener, agent)
+}
+
+/// Who owns the state dir's writable dirs: root inside the sandbox (a
+/// namespace sandbox of a root helper: the subordinate id), else us.
+fn state_owner(opts: &HelperOptions) -> super::state::Owner {
+    #[cfg(target_os = "linux")]
+    if opts.vm.is_none() {
+        let ids = super::namespace::IdMap::for_this_process();
+        return super::state::Owner {
+            uid: ids.uid,
+            gid: ids.gid,
+        };
+    }
+    let _ = opts;
+    // SAFETY: getuid/getgid cannot fail.
+    unsafe {
+        super::state::Owner {
+            uid: libc::getuid(),
+            gid: libc::getgid(),
+        }
+    }
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), HelperError> {
@@ -590,23 +646,28 @@ fn run_vm(
     if !shared.stopping.load(Ordering::SeqCst) {
         let tail = vm.serial_tail();
         let panicked = tail.contains("Kernel panic");
-        match &end {
+        let why = match &end {
             crate::vmm::VmEnd::Reset if panicked => {
-                tracing::error!("the guest kernel panicked; console tail:\n{tail}")
+                tracing::error!("the guest kernel panicked; console tail:\n{tail}");
+                "the guest kernel panicked".to_owned()
             }
-            crate::vmm::VmEnd::Reset => tracing::error!(
-                "the guest rebooted itself (a VM cannot reboot: stopping); console tail:\n{tail}"
-            ),
+            crate::vmm::VmEnd::Reset => {
+                tracing::error!(
+                    "the guest rebooted itself (a VM cannot reboot: stopping); console tail:\n{tail}"
+                );
+                "the guest rebooted itself".to_owned()
+            }
             crate::vmm::VmEnd::Poweroff => {
                 tracing::info!("the guest powered off; the sandbox stops");
-                shared.teardown(0);
+                shared.teardown(0, End::Stop);
             }
-            crate::vmm::VmEnd::Killed => {}
+            crate::vmm::VmEnd::Killed => "the VM was killed".to_owned(),
             crate::vmm::VmEnd::Crash { reason, serial } => {
-                tracing::error!("the VM crashed: {reason}; console tail:\n{serial}")
+                tracing::error!("the VM crashed: {reason}; console tail:\n{serial}");
+                format!("the VM crashed: {reason}")
             }
-        }
-        shared.teardown(1);
+        };
+        shared.teardown(1, End::Died(why));
     }
     loop {
         std::thread::park();
@@ -630,25 +691,13 @@ fn fail(shared: &Arc<Shared>, child: Option<Child>, e: HelperError) -> HelperErr
         let _ = child.kill();
         let _ = child.wait();
     }
-    // The log explains the failure: keep it.
-    if !shared.keep {
+    // The log explains the failure: keep it. A state dir this run did not
+    // make (`--reuse`, `--keep`) is not this run's to remove.
+    if !shared.keep && !shared.reused {
         let _ = shared.state.remove();
     }
     if let Some(l) = lock(&shared.lock).take() {
         l.release();
     }
     e
-}
-
-/// The last lines of the log, at most 2 KiB.
-pub fn log_tail(path: &std::path::Path) -> String {
-    let Ok(mut f) = File::open(path) else {
-        return String::from("(no log)");
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    boxdesk_channel::sanitize_error(text.trim_end()).replace("\\x0a", "\n")
 }

@@ -79,6 +79,23 @@ impl NameLock {
         }
     }
 
+    /// Whether a live helper holds `<dir>/<name>.lock` now (a probe: takes
+    /// and drops a shared lock, never blocks, never creates the file).
+    pub fn is_held(dir: &Path, name: &str) -> bool {
+        let path = dir.join(format!("{name}.lock"));
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        else {
+            return false;
+        };
+        matches!(
+            Flock::lock(file, FlockArg::LockSharedNonblock),
+            Err((_, nix::errno::Errno::EWOULDBLOCK))
+        )
+    }
+
     /// Removes the lock file, then unlocks.
     pub fn release(self) {
         let _ = fs::remove_file(&self.path);

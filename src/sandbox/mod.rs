@@ -12,11 +12,17 @@
 pub mod forward;
 pub mod helper;
 pub mod lock;
+pub mod log;
 #[cfg(target_os = "linux")]
 pub mod namespace;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod state;
+
+/// Default cap on a namespace sandbox's processes and threads (`--pids`).
+pub const DEFAULT_PIDS: u64 = 4096;
+/// Default size of a namespace sandbox's `/tmp` and `/dev/shm` (`--tmp`).
+pub const DEFAULT_TMP_BYTES: u64 = 256 << 20;
 
 use std::fmt;
 use std::str::FromStr;

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use crate::support::{self, TestEnv};
 
+mod hardening;
+
 #[test]
 fn the_sandbox_cannot_see_the_hosts_home_or_root() {
     let env = TestEnv::new();
@@ -162,8 +164,12 @@ fn work_root_and_results_live_in_the_state_dir_which_stop_removes_unless_keep() 
     drop(sb);
     let state = env.state_of("kept");
     assert_eq!(fs::read_to_string(state.join("work/k")).unwrap(), "k\n");
-    // The same name with --keep again finds its files.
-    let sb = env.start("kept", &["--keep"]);
+    // The same name again is refused without --reuse, naming the dir...
+    let again = env.run(["run", "--name", "kept", "--", "true"]);
+    assert_eq!(again.code(), 125, "{again}");
+    assert!(again.stderr.contains("--reuse"), "{again}");
+    // ... and with it finds its files.
+    let sb = env.start("kept", &["--keep", "--reuse"]);
     assert_eq!(sb.exec(&["cat", "/work/k"]).stdout, "k\n");
 }
 

@@ -1,10 +1,12 @@
-//! The namespace backend's half of the helper (Linux only): start bwrap
-//! over the sandbox's state dir, wait for its agent's handshake, then
-//! forward `<name>.agent` to the agent's socket until the sandbox exits.
+//! The namespace backend's half of the helper (Linux only): bind the
+//! agent's listening socket outside the sandbox, start bwrap over the
+//! sandbox's state dir with that socket inherited, copy what the sandbox
+//! prints into the capped log, wait for the agent's handshake, then forward
+//! `<name>.agent` to the agent until the sandbox exits.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
 use std::process::Child;
 use std::sync::atomic::Ordering;
@@ -15,11 +17,11 @@ use boxdesk_channel::{Session, Stream};
 use boxdesk_platform::SandboxPaths;
 
 use super::{
-    fail, lock, log_tail, os, spawn_thread, HelperError, HelperOptions, Phase, Shared,
-    READY_TIMEOUT,
+    fail, lock, os, spawn_thread, End, HelperError, HelperOptions, Phase, Shared, READY_TIMEOUT,
 };
 use crate::sandbox::forward::{self, AgentAddr};
-use crate::sandbox::namespace::{self, NamespaceError, Spec};
+use crate::sandbox::log;
+use crate::sandbox::namespace::{self, Spec};
 
 /// Runs a namespace sandbox to its end; returns only on a startup failure
 /// (after cleaning up). `agent_listener` is the bound `<name>.agent`.
@@ -66,8 +68,11 @@ pub(super) fn run(
     *lock(&shared.exited) = true;
     shared.exited_cv.notify_all();
     if !shared.stopping.load(Ordering::SeqCst) {
-        tracing::error!("the sandbox exited unexpectedly ({status:?}); stopping");
-        shared.teardown(1);
+        let why = match status {
+            Ok(s) => format!("the sandbox exited on its own ({s})"),
+            Err(e) => format!("the sandbox could not be waited for ({e})"),
+        };
+        shared.teardown(1, End::Died(why));
     }
     loop {
         std::thread::park();
@@ -75,27 +80,39 @@ pub(super) fn run(
 }
 
 fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
-    let exe = std::env::current_exe().map_err(|source| NamespaceError::Inspect {
-        what: "the boxdesk binary".into(),
-        source,
-    })?;
-    let host = namespace::scan_host(std::path::Path::new("/")).map_err(|source| {
-        NamespaceError::Inspect {
-            what: "/".into(),
-            source,
-        }
-    })?;
-    let spec = Spec::for_state(opts.name.clone(), opts.net, host, &shared.state, exe);
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&shared.paths.log)
-        .map_err(os("opening the sandbox log"))?;
-    let child = namespace::spawn(&spec, &log)?;
-    shared.sandbox_pid.store(child.id(), Ordering::SeqCst);
-    Ok(child)
+    let mut spec = Spec::for_state(&opts.name, &shared.state)?;
+    spec.net = opts.net;
+    spec.pids_max = opts.pids;
+    spec.tmp_bytes = opts.tmp_bytes;
+    {
+        let mut info = lock(&shared.extra_info);
+        info.push(("uid_map", format!("0:{}:1", spec.ids.uid)));
+        info.push(("gid_map", format!("0:{}:1", spec.ids.gid)));
+        info.push(("pids_max", spec.pids_max.to_string()));
+        info.push(("tmp_mib", (spec.tmp_bytes >> 20).to_string()));
+        info.push((
+            "limits",
+            "pids (RLIMIT_NPROC in the sandbox's user namespace); memory and cpu unenforced".into(),
+        ));
+    }
+    // The agent's socket lives outside the sandbox, in the 0700 state dir,
+    // and reaches the agent as a descriptor: nothing inside can rename,
+    // replace or listen in place of it. Any file there is a leftover of
+    // this name's earlier run (we hold the name's lock).
+    let sock = shared.state.agent_sock();
+    let _ = std::fs::remove_file(&sock);
+    let listener: OwnedFd = UnixListener::bind(&sock)
+        .map_err(os("binding the agent's socket"))?
+        .into();
+    let started = namespace::spawn(&spec, &listener, Vec::new())?;
+    drop(listener);
+    let log_path = shared.paths.log.clone();
+    let output = started.output;
+    spawn_thread("sandbox-log", move || log::pump(output, &log_path))?;
+    shared
+        .sandbox_pid
+        .store(started.child.id(), Ordering::SeqCst);
+    Ok(started.child)
 }
 
 /// Polls the agent's socket until a channel handshake succeeds.
@@ -108,10 +125,12 @@ fn wait_ready(
     let mut pause = Duration::from_micros(100);
     loop {
         if let Some(status) = child.try_wait().map_err(os("waiting for bwrap"))? {
+            // Let the log thread write out what bwrap said.
+            std::thread::sleep(Duration::from_millis(20));
             return Err(HelperError::Died {
                 status,
                 log: paths.log.clone(),
-                tail: log_tail(&paths.log),
+                tail: log::tail(&paths.log),
             });
         }
         if let Ok(s) = agent.connect() {
@@ -122,7 +141,7 @@ fn wait_ready(
         if Instant::now() > deadline {
             return Err(HelperError::NotReady {
                 log: paths.log.clone(),
-                tail: log_tail(&paths.log),
+                tail: log::tail(&paths.log),
             });
         }
         std::thread::sleep(pause);

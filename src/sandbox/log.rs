@@ -1,0 +1,173 @@
+//! A sandbox's host log `<name>.log`: opening it safely, copying what the
+//! sandbox prints into it under a cap, and reading its tail for errors.
+//!
+//! The sandbox never holds a descriptor of a host file: its stdout and
+//! stderr are a pipe, and [`pump`] (a helper thread) appends what comes out
+//! of it to the log. After [`LOG_CAP`] bytes the log is rotated once
+//! (`<name>.log` → `<name>.log.1`, replacing an older one), so a sandbox
+//! that prints without end costs the host at most twice the cap on disk.
+//!
+//! This module owns those rules. It must never open a log through a
+//! symlink, never create one readable by others, and never let the
+//! sandbox's output block on a full disk or a slow log (it drops instead).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Bytes of sandbox output a log holds before it is rotated.
+pub const LOG_CAP: u64 = 8 << 20;
+
+/// Opens (creating `0600`) the log at `path` for appending, never through a
+/// symlink.
+pub fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The rotated log beside `path`: `<path>.1`.
+pub fn rotated(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".1");
+    PathBuf::from(p)
+}
+
+/// Copies `output` (the sandbox's stdout and stderr) into the log at
+/// `path` until end of file, rotating after every [`LOG_CAP`] bytes. When
+/// this process's own stdout/stderr are that log (a detached helper), they
+/// follow it into the new file at each rotation.
+pub fn pump(mut output: File, path: &Path) {
+    let mut log = match open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(
+                "cannot open {}: {e}; the sandbox's output is dropped",
+                path.display()
+            );
+            let _ = io::copy(&mut output, &mut io::sink());
+            return;
+        }
+    };
+    let mut written = log.metadata().map_or(0, |m| m.len());
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match output.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        if written >= LOG_CAP {
+            match rotate(path, &log) {
+                Ok(new) => {
+                    log = new;
+                    written = 0;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot rotate {}: {e}; dropping sandbox output",
+                        path.display()
+                    );
+                    continue;
+                }
+            }
+        }
+        // A failed write (disk full) drops this chunk; the sandbox never
+        // waits on the host's disk.
+        if log.write_all(&buf[..n]).is_ok() {
+            written += n as u64;
+        }
+    }
+}
+
+/// Renames the log to `<path>.1` and opens a new one; moves this process's
+/// stdout and stderr along when they were the old log.
+fn rotate(path: &Path, old: &File) -> io::Result<File> {
+    std::fs::rename(path, rotated(path))?;
+    let new = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let old_id = old.metadata().map(|m| (m.dev(), m.ino()))?;
+    for fd in [1, 2] {
+        // SAFETY: fstat on a descriptor number into a zeroed struct.
+        let same = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(fd, &mut st) == 0 && (st.st_dev, st.st_ino) == old_id
+        };
+        if same {
+            // SAFETY: dup2 onto 1/2 from a descriptor we own; atomic for
+            // every other thread writing there.
+            unsafe { libc::dup2(new.as_raw_fd(), fd) };
+        }
+    }
+    Ok(new)
+}
+
+/// The last lines of the log, at most 2 KiB, escaped for a terminal.
+pub fn tail(path: &Path) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return String::from("(no log)");
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    boxdesk_channel::sanitize_error(text.trim_end()).replace("\\x0a", "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_log_is_private_and_never_opened_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.log");
+        open(&p).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let target = d.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        let link = d.path().join("link.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open(&link).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn endless_output_is_rotated_once_and_stays_under_twice_the_cap() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.log");
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let path = p.clone();
+        let t = std::thread::spawn(move || pump(File::from(r), &path));
+        let mut w = File::from(w);
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..(3 * LOG_CAP / (1 << 20)) {
+            w.write_all(&chunk).unwrap();
+        }
+        w.write_all(b"\nlast line\n").unwrap();
+        drop(w);
+        t.join().unwrap();
+        let now = std::fs::metadata(&p).unwrap().len();
+        let old = std::fs::metadata(rotated(&p)).unwrap().len();
+        assert!(now <= LOG_CAP + (1 << 20), "{now}");
+        assert!(old <= LOG_CAP + (1 << 20), "{old}");
+        assert!(tail(&p).ends_with("last line"), "{}", tail(&p));
+        let entries = std::fs::read_dir(d.path()).unwrap().count();
+        assert_eq!(entries, 2, "only the log and one rotation");
+    }
+}

@@ -1,0 +1,264 @@
+//! What holds inside a namespace sandbox whoever starts it (root or a
+//! user): no capabilities, root inside is nobody outside, read-only kernel
+//! knobs, no host descriptors, sized tmpfs, and one rule for the state dir
+//! whoever dies first.
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use crate::support::{self, TestEnv};
+
+/// `Name:\tvalue` from a `/proc/PID/status` text.
+fn status_field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+}
+
+#[test]
+fn a_sandboxed_process_has_no_capabilities_and_root_inside_is_nobody_outside() {
+    let env = TestEnv::new();
+    let sb = env.start("caps", &[]);
+    let out = sb.exec(&["cat", "/proc/self/status", "/proc/self/uid_map"]);
+    assert_eq!(out.code(), 0, "{out}");
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(
+            status_field(&out.stdout, cap),
+            "0000000000000000",
+            "{cap}: {out}"
+        );
+    }
+    assert_eq!(status_field(&out.stdout, "NoNewPrivs"), "1", "{out}");
+    assert_eq!(status_field(&out.stdout, "Seccomp"), "2", "{out}");
+    // Root inside, and inside uid 0 maps to exactly one outside id.
+    let uids: Vec<&str> = status_field(&out.stdout, "Uid")
+        .split_whitespace()
+        .collect();
+    assert_eq!(uids, ["0", "0", "0", "0"], "{out}");
+    let map: Vec<u32> = out
+        .stdout
+        .lines()
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(map.len(), 3, "{out}");
+    assert_eq!((map[0], map[2]), (0, 1), "{out}");
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    if support::is_root() {
+        assert_ne!(map[1], 0, "root inside is the host's root: {out}");
+    } else {
+        assert_eq!(map[1], me, "{out}");
+    }
+    let info = env.info("caps");
+    assert_eq!(info["uid_map"], format!("0:{}:1", map[1]), "{info:?}");
+}
+
+#[test]
+fn host_secrets_and_kernel_knobs_are_out_of_reach() {
+    let env = TestEnv::new();
+    let sb = env.start("knobs", &[]);
+    // /proc/sys is a read-only mount: EROFS, whoever asks.
+    let out = sb.sh("echo '|/tmp/x' > /proc/sys/kernel/core_pattern");
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr.contains("Read-only file system"), "{out}");
+    let out = sb.sh("echo 1 > /proc/sysrq-trigger");
+    assert_ne!(out.code(), 0, "{out}");
+    if std::path::Path::new("/etc/shadow").exists() {
+        let out = sb.exec(&["cat", "/etc/shadow"]);
+        assert_ne!(out.code(), 0, "/etc/shadow was readable: {out}");
+        assert!(out.stdout.is_empty());
+    }
+    // The sandbox's / and /dev are read-only; /tmp, /run and its own dirs
+    // are where it writes.
+    for path in ["/x", "/dev/x", "/usr/x", "/etc/x"] {
+        let out = sb.exec(&["touch", path]);
+        assert_ne!(out.code(), 0, "{path} was writable: {out}");
+    }
+    let out = sb.sh("touch /tmp/x /run/x /work/x /root/x /results/x /dev/shm/x && echo ok");
+    assert_eq!(out.stdout, "ok\n", "{out}");
+}
+
+#[test]
+fn tmp_is_a_sized_tmpfs_that_refuses_to_grow_past_its_size() {
+    let env = TestEnv::new();
+    let sb = env.start("tmpsz", &["--tmp", "8M"]);
+    let out = sb.sh("head -c 20000000 /dev/zero > /tmp/big; echo rc=$?; wc -c < /tmp/big");
+    assert!(out.stdout.starts_with("rc=1"), "{out}");
+    let written: u64 = out.stdout.lines().nth(1).unwrap().trim().parse().unwrap();
+    assert!(written <= 8 << 20, "{written} bytes in an 8 MiB /tmp");
+    assert!(out.stderr.contains("No space left"), "{out}");
+    assert_eq!(env.info("tmpsz")["tmp_mib"], "8");
+    let bad = env.run(["run", "--tmp", "lots", "--", "true"]);
+    assert_eq!(bad.code(), 125, "{bad}");
+    assert!(bad.stderr.contains("not a size"), "{bad}");
+}
+
+#[test]
+fn no_descriptor_of_the_process_that_started_boxdesk_reaches_the_sandbox() {
+    let env = TestEnv::new();
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let (r_raw, w_raw) = (r.as_raw_fd(), w.as_raw_fd());
+    let mut cmd = env.cmd(["run", "--", "ls", "/proc/self/fd"]);
+    // SAFETY: fcntl on descriptors open in the parent; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in [r_raw, w_raw] {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+            Ok(())
+        });
+    }
+    let out = support::output(cmd);
+    drop((r, w));
+    assert_eq!(out.code(), 0, "{out}");
+    // 0, 1, 2 and the directory ls reads.
+    let fds: Vec<&str> = out.stdout.split_whitespace().collect();
+    assert_eq!(fds, ["0", "1", "2", "3"], "{out}");
+}
+
+#[test]
+fn the_agent_cannot_be_reached_through_proc_and_the_host_log_cannot_be_truncated() {
+    let env = TestEnv::new();
+    let sb = env.start("logcap", &[]);
+    let log = env.runtime().join("logcap.log");
+    let before = fs::metadata(&log).unwrap().len();
+    let out = sb.sh(": > /proc/1/fd/1; echo x >> /proc/1/fd/2; ls /proc/1/fd");
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stdout.is_empty(),
+        "the agent's descriptors are listed: {out}"
+    );
+    assert!(
+        fs::metadata(&log).unwrap().len() >= before,
+        "the log shrank"
+    );
+    // The socket the agent listens on is nowhere inside.
+    let out =
+        sb.sh("ls /run/boxdesk /run/boxdesk/agent.sock 2>&1; find / -xdev -type s 2>/dev/null");
+    assert!(!out.stdout.contains("agent.sock"), "{out}");
+}
+
+#[test]
+fn a_dead_agent_leaves_work_until_stop_and_a_second_run_refuses_the_leftover() {
+    let env = TestEnv::new();
+    let sb = env.start("agentdies", &[]);
+    assert_eq!(sb.sh("echo precious > /work/p").code(), 0);
+    let info = env.info("agentdies");
+    let helper: u32 = info["pid"].parse().unwrap();
+    let bwrap: u32 = info["sandbox_pid"].parse().unwrap();
+    // The agent is bwrap's only child: PID 1 of the sandbox.
+    let agent = fs::read_to_string(format!("/proc/{bwrap}/task/{bwrap}/children")).unwrap();
+    let agent: i32 = agent.trim().parse().unwrap();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(agent, libc::SIGKILL) };
+    assert!(
+        support::wait_gone_within(helper, Duration::from_secs(10)),
+        "the helper outlived its sandbox"
+    );
+    std::mem::forget(sb);
+    let state = env.state_of("agentdies");
+    assert_eq!(
+        fs::read_to_string(state.join("work/p")).unwrap(),
+        "precious\n"
+    );
+    let ls = env.run(["ls", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
+    let row = &rows.as_array().unwrap()[0];
+    assert_eq!(row["name"], "agentdies", "{ls}");
+    assert_eq!(row["state"], "dead", "{ls}");
+    assert!(row["reason"].as_str().unwrap().contains("exited"), "{ls}");
+    let out = env.run(["info", "agentdies"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("is dead"), "{out}");
+    let again = env.run(["run", "--name", "agentdies", "--", "true"]);
+    assert_eq!(again.code(), 125, "{again}");
+    assert!(
+        again.stderr.contains(&state.display().to_string()),
+        "{again}"
+    );
+    assert!(again.stderr.contains("--reuse"), "{again}");
+    let out = env.run([
+        "run",
+        "--name",
+        "agentdies",
+        "--reuse",
+        "--keep",
+        "--",
+        "cat",
+        "/work/p",
+    ]);
+    assert_eq!(out.stdout, "precious\n", "{out}");
+    let out = env.run(["stop", "agentdies"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr.contains("--keep"),
+        "a kept sandbox says it keeps: {out}"
+    );
+    assert!(state.exists());
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&env.run(["ls", "--json"]).stdout).unwrap()[0]
+            ["state"],
+        "stopped"
+    );
+}
+
+#[test]
+fn a_killed_helper_shows_as_dead_and_stop_cleans_up_after_it() {
+    let env = TestEnv::new();
+    let sb = env.start("helperdies", &[]);
+    assert_eq!(sb.sh("echo w > /work/w").code(), 0);
+    let info = env.info("helperdies");
+    let helper: u32 = info["pid"].parse().unwrap();
+    let bwrap: u32 = info["sandbox_pid"].parse().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(helper as i32, libc::SIGKILL) };
+    assert!(support::wait_gone(helper));
+    std::mem::forget(sb);
+    assert!(support::wait_gone(bwrap), "the sandbox outlived its helper");
+    let ls = env.run(["ls"]);
+    assert!(
+        ls.stdout
+            .lines()
+            .any(|l| l.starts_with("helperdies") && l.contains("dead")),
+        "{ls}"
+    );
+    let state = env.state_of("helperdies");
+    assert!(state.join("work/w").exists());
+    let out = env.run(["run", "--name", "helperdies", "--detach"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(out.stderr.contains("--reuse"), "{out}");
+    let out = env.run(["stop", "helperdies"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(!state.exists(), "stop left the state of a dead sandbox");
+    assert!(env.run(["ls"]).stdout.lines().count() <= 1);
+    let out = env.run(["stop", "helperdies"]);
+    assert_eq!(out.code(), 125, "a second stop finds nothing: {out}");
+}
+
+#[test]
+fn stop_removes_a_work_tree_two_thousand_levels_deep_and_answers() {
+    let env = TestEnv::new();
+    let sb = env.start("deep", &[]);
+    // Each level made with a relative mkdir: the whole path is far past
+    // PATH_MAX, as a hostile sandbox would make it.
+    let out = sb.sh("cd /work && i=0; while [ $i -lt 2000 ]; do mkdir d && cd d || exit 1; i=$((i+1)); done; echo deep > f; echo ok");
+    assert_eq!(out.stdout, "ok\n", "{out}");
+    let helper: u32 = env.info("deep")["pid"].parse().unwrap();
+    let out = env.run(["stop", "deep"]);
+    assert_eq!(out.code(), 0, "{out}");
+    std::mem::forget(sb);
+    assert!(support::wait_gone(helper));
+    assert!(
+        !env.state_of("deep").exists(),
+        "the deep tree survived stop"
+    );
+    let log = env.runtime().join("deep.log");
+    assert!(!log.exists(), "the helper died before its clean-up");
+}
