@@ -34,9 +34,13 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let root = support::private_root("bxcw", &["run", "home", "data"]);
+        Self::start_bin("bxcw", &support::bin())
+    }
+
+    fn start_bin(prefix: &str, bin: &std::path::Path) -> Server {
+        let root = support::private_root(prefix, &["run", "home", "data"]);
         let sock = root.join("run/cw.sock");
-        let child = Command::new(support::bin())
+        let child = Command::new(bin)
             .args(["cowork", "-socket"])
             .arg(&sock)
             .env("HOME", root.join("home"))
@@ -189,15 +193,9 @@ fn spawn_latencies(
         .collect()
 }
 
-fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
-    if !cfg!(target_os = "linux") {
-        println!("skipped: cowork is the Linux desktop helper");
-        return;
-    }
-    let srv = Server::start();
+/// Subscribes, configures and starts the `bench` profile on `srv`; the
+/// request pipe's replies are drained by a thread.
+fn session(srv: &Server) -> (UnixStream, UnixStream, u64) {
     let mut pipe = UnixStream::connect(&srv.sock).unwrap();
     let mut ev = UnixStream::connect(&srv.sock).unwrap();
     write_frame(
@@ -231,6 +229,19 @@ fn main() {
             return;
         }
     });
+    (pipe, ev, next)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if !cfg!(target_os = "linux") {
+        println!("skipped: cowork is the Linux desktop helper");
+        return;
+    }
+    let srv = Server::start();
+    let (mut pipe, mut ev, mut next) = session(&srv);
 
     // One-shot round trips.
     let mut one: Vec<Duration> = (0..1000)
@@ -261,6 +272,39 @@ fn main() {
         })
         .collect();
     let (s50, b50) = (pct(&mut spawn, 0.5), pct(&mut base, 0.5));
+    if let Some(bin) = std::env::var_os("BOXDESK_BASELINE_BIN") {
+        // The same spawns against a server of another build, in alternating
+        // rounds so load falls on both alike.
+        let other = Server::start_bin("bxcwbase", std::path::Path::new(&bin));
+        let (mut opipe, mut oev, mut onext) = session(&other);
+        spawn_latencies(&mut opipe, &mut oev, "w", 20, &mut onext);
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for round in 0..10 {
+            ours.extend(spawn_latencies(
+                &mut pipe,
+                &mut ev,
+                &format!("r{round}-"),
+                30,
+                &mut next,
+            ));
+            theirs.extend(spawn_latencies(
+                &mut opipe,
+                &mut oev,
+                &format!("r{round}-"),
+                30,
+                &mut onext,
+            ));
+        }
+        let (o50, t50) = (pct(&mut ours, 0.5), pct(&mut theirs, 0.5));
+        println!(
+            "spawn true -> exit event vs the baseline build ({}): p50 {:.3} ms vs {:.3} ms, ratio {:.2} (goal <= 1.10)",
+            std::path::Path::new(&bin).display(),
+            ms(o50),
+            ms(t50),
+            o50.as_secs_f64() / t50.as_secs_f64()
+        );
+        drop(other);
+    }
     println!(
         "spawn true -> exit event: p50 {:.3} ms, p99 {:.3} ms (target <= 1.5 ms; Node 1.6 unsandboxed, 4.4 bwrap); fork/exec/wait true: p50 {:.3} ms; ratio {:.2}",
         ms(s50),

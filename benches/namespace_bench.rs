@@ -7,6 +7,10 @@
 //!   the same exec over the channel from this process (no CLI start-up);
 //! * idle RSS of the `__vmm` helper, bwrap's monitor and the agent.
 //!
+//! With `BOXDESK_BASELINE_BIN` set to another build (e.g. the last
+//! release), its `run` and `exec` are timed in the same rounds and the
+//! ratios printed: what a change costs, measured side by side.
+//!
 //! Targets: exec ≤ 3 ms p50; helper idle RSS ≤ 8 MiB. Run with
 //! `cargo bench -p boxdesk --bench namespace_bench` (not a timed test).
 
@@ -21,16 +25,17 @@ use boxdesk_channel::{Exec, Frame, Session};
 
 struct Env {
     root: PathBuf,
+    bin: PathBuf,
 }
 
 impl Env {
-    fn new() -> Env {
-        let root = support::private_root("bxbench", &["run", "state", "home"]);
-        Env { root }
+    fn new(prefix: &str, bin: PathBuf) -> Env {
+        let root = support::private_root(prefix, &["run", "state", "home"]);
+        Env { root, bin }
     }
 
     fn cmd(&self) -> Command {
-        let mut c = Command::new(support::bin());
+        let mut c = Command::new(&self.bin);
         c.env("XDG_RUNTIME_DIR", self.root.join("run"))
             .env("XDG_STATE_HOME", self.root.join("state"))
             .env("HOME", self.root.join("home"))
@@ -149,7 +154,12 @@ fn main() {
         println!("skipped: the namespace backend needs Linux");
         return;
     }
-    let env = Env::new();
+    let env = Env::new("bxbench", support::bin());
+    let base =
+        std::env::var_os("BOXDESK_BASELINE_BIN").map(|b| Env::new("bxbase", PathBuf::from(b)));
+    if let Some(b) = &base {
+        println!("baseline build: {}", b.bin.display());
+    }
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("boxdesk namespace bench ({})", support::bin().display());
     println!("load average before: {}", load().trim());
@@ -172,10 +182,21 @@ fn main() {
                 .unwrap();
             assert!(st.success());
         });
+        if let Some(b) = &base {
+            g.time("baseline build: run -- true", || {
+                let st = b
+                    .cmd()
+                    .args(["run", "--backend", "namespace", "--", "true"])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            });
+        }
     }
     let fork_p50 = g.row("baseline: fork/exec true");
     let bw_p50 = g.row("baseline: bwrap (namespaces + binds) -- true");
     let run_p50 = g.row("boxdesk run --backend namespace -- true");
+    let base_run_p50 = base.as_ref().map(|_| g.row("baseline build: run -- true"));
 
     let st = env
         .cmd()
@@ -183,8 +204,16 @@ fn main() {
         .status()
         .unwrap();
     assert!(st.success());
+    if let Some(b) = &base {
+        let st = b
+            .cmd()
+            .args(["run", "--detach", "--name", "bench"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
     let agent = env.root.join("run/boxdesk/bench.agent");
-    let direct_sock = env.root.join("state/boxdesk/bench/run/agent.sock");
+    let direct_sock = env.root.join("state/boxdesk/bench/agent.sock");
     let exec_true = |s: &mut Session| {
         s.send(&Frame::Exec(Exec::new("true", Vec::<Vec<u8>>::new())))
             .unwrap();
@@ -220,12 +249,25 @@ fn main() {
         g.time("  boxdesk --version (CLI process start-up)", || {
             assert!(env.cmd().arg("--version").status().unwrap().success());
         });
+        if let Some(b) = &base {
+            g.time("baseline build: exec NAME -- true", || {
+                let st = b
+                    .cmd()
+                    .args(["exec", "bench", "--", "true"])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            });
+        }
     }
     let fork2_p50 = g.row("baseline: fork/exec true ");
     let exec_p50 = g.row("boxdesk exec NAME -- true (running sandbox)");
     let chan_p50 = g.row("  the same exec over <name>.agent, in-process");
     let direct_p50 = g.row("  ... straight to the agent's own socket");
     g.row("  boxdesk --version (CLI process start-up)");
+    let base_exec_p50 = base
+        .as_ref()
+        .map(|_| g.row("baseline build: exec NAME -- true"));
 
     std::thread::sleep(Duration::from_secs(1));
     let info = env
@@ -262,6 +304,9 @@ fn main() {
         );
     }
     let _ = env.cmd().args(["stop", "bench"]).status();
+    if let Some(b) = &base {
+        let _ = b.cmd().args(["stop", "bench"]).status();
+    }
 
     println!("load average after: {}", load().trim());
     println!();
@@ -283,6 +328,17 @@ fn main() {
         "  relay cost (channel - direct) {:>6.3} ms",
         chan_p50 - direct_p50
     );
+    if let (Some(r), Some(e)) = (base_run_p50, base_exec_p50) {
+        println!(
+            "  run / baseline build's run    {:>6.2}x ({:+.3} ms: user namespace, cgroups, staging)",
+            run_p50 / r,
+            run_p50 - r
+        );
+        println!(
+            "  exec / baseline build's exec  {:>6.2}x (goal ≤ 1.10)",
+            exec_p50 / e
+        );
+    }
     println!(
         "targets: exec p50 {:.3} ms (≤ 3 ms: {}), helper idle RSS {:.2} MiB (≤ 8 MiB: {})",
         exec_p50,

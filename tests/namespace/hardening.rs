@@ -262,3 +262,53 @@ fn stop_removes_a_work_tree_two_thousand_levels_deep_and_answers() {
     let log = env.runtime().join("deep.log");
     assert!(!log.exists(), "the helper died before its clean-up");
 }
+
+#[test]
+fn with_the_hosts_network_the_sandbox_still_cannot_reconfigure_it() {
+    let Some(ip) = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        println!("skipped: no `ip` binary (iproute2) on this host");
+        return;
+    };
+    let env = TestEnv::new();
+    let sb = env.start("netadmin", &["--net"]);
+    let out = sb.exec(&[ip, "link", "set", "dev", "lo", "mtu", "1280"]);
+    assert_ne!(
+        out.code(),
+        0,
+        "the sandbox reconfigured the host's lo: {out}"
+    );
+    assert!(out.stderr.contains("Operation not permitted"), "{out}");
+}
+
+#[test]
+fn a_fork_bomb_is_held_by_the_pids_limit_and_gone_when_its_exec_times_out() {
+    let env = TestEnv::new();
+    let sb = env.start("forks", &["--pids", "256"]);
+    assert_eq!(env.info("forks")["pids_max"], "256");
+    let marker = format!("7777.{}", std::process::id());
+    let script = format!(
+        "i=0; while [ $i -lt 5000 ]; do sleep {marker} 2>/dev/null & i=$((i+1)); done; \
+         echo $(ls /proc | grep -c '^[0-9]') >&2; wait"
+    );
+    let out = env.run(["exec", "forks", "--timeout", "2", "--", "sh", "-c", &script]);
+    assert_eq!(out.code(), 124, "{out}");
+    let held: u32 = out
+        .stderr
+        .lines()
+        .find_map(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no process count: {out}"));
+    assert!(held <= 256, "{held} processes under a limit of 256");
+    assert!(held >= 200, "the loop should reach the limit: {held}");
+    // Every one of them ended with the exec.
+    let left = support::pids_with(&format!("sleep {marker}"));
+    assert!(
+        left.is_empty(),
+        "{} sleeps outlived exec --timeout",
+        left.len()
+    );
+    // And the sandbox still works.
+    assert_eq!(sb.exec(&["echo", "alive"]).stdout, "alive\n");
+}
