@@ -4,7 +4,9 @@
 //! are a throw-away bwrap sandbox (`true` in fresh pid, net, ipc and uts
 //! namespaces) to prove namespaces really work for this user, and the
 //! hypervisor probe of `boxdesk-hv` (a tiny guest under a deadline), which
-//! tells hardware KVM from an emulating one.
+//! tells hardware KVM from an emulating one. On Linux it says whether the
+//! namespace backend's `--mem`/`--cpus`/`--pids` hold for this user
+//! (`sandbox::cgroup::probe`, which only reads).
 
 use boxdesk_platform::{dirs, probe, Probe};
 
@@ -40,6 +42,8 @@ pub fn doctor() -> anyhow::Result<i32> {
     println!("  bubblewrap: {bwrap}");
     println!("  user namespaces: {userns}");
     println!("  trial sandbox: {trial}");
+    #[cfg(target_os = "linux")]
+    println!("{}", boxdesk::sandbox::cgroup::probe());
     let hv = boxdesk_hv::probe();
     println!("hypervisor: {hv}");
     println!("  /dev/kvm: {}", probe::dev_kvm());

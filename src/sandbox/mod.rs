@@ -9,6 +9,8 @@
 //! `auto` with no VM backend) is a clear error. This module must never let
 //! a namespace sandbox describe itself as a VM.
 
+#[cfg(target_os = "linux")]
+pub mod cgroup;
 pub mod forward;
 pub mod helper;
 pub mod lock;

@@ -795,3 +795,28 @@ fn version_names_the_release_its_commit_target_and_backends() {
     assert!(line.contains(std::env::consts::ARCH), "{line:?}");
     assert!(line.ends_with("backends: namespace kvm)"), "{line:?}");
 }
+
+#[test]
+fn doctor_says_whether_cgroup_limits_hold_for_this_user_and_what_it_means_when_not() {
+    let env = TestEnv::new();
+    let out = env.run(["doctor"]);
+    let layout = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("cgroups: "))
+        .unwrap_or_else(|| panic!("no cgroups line: {out}"));
+    let enforced = out.stdout.contains("\n  limits: enforced, ");
+    let unenforced = out.stdout.contains("\n  limits: unenforced: ");
+    assert!(enforced != unenforced, "{out}");
+    // SAFETY: geteuid cannot fail and takes no memory.
+    let uid = unsafe { libc::geteuid() };
+    let v1 = layout.starts_with("v1") || layout.starts_with("hybrid");
+    if uid != 0 && v1 {
+        assert!(out.stdout.contains("no safe delegation"), "{out}");
+    }
+    if unenforced {
+        assert!(out.stdout.contains("RLIMIT_NPROC"), "{out}");
+    } else {
+        assert!(out.stdout.contains("/boxdesk/NAME"), "{out}");
+    }
+}

@@ -17,6 +17,7 @@
 //! out.assert_exit(0);
 //! ```
 
+mod cgroup;
 mod selftest;
 
 use std::collections::HashMap;
