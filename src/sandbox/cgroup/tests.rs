@@ -7,9 +7,12 @@
 //! nothing says it should (`BOXDESK_CGROUP_EXPECT`), the real tests print
 //! `skipped:` with the reason.
 
+use super::layout::plan_in;
 use super::*;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Set by the nested test: `enforced` makes an `Unenforced` placement a
 /// failure (as root, and as the delegated user), `unenforced` the reverse.
