@@ -44,8 +44,6 @@ mod teardown;
 use layout::{none_usable, plan, plan_in, Mounts, Plan};
 use teardown::{read_pids, remove_tree};
 
-/// `--pids` when none is given.
-pub const DEFAULT_PIDS: u64 = 4096;
 /// The CFS period `--cpus` is a share of, in microseconds (the kernel's
 /// default).
 const PERIOD_US: u64 = 100_000;
@@ -145,7 +143,7 @@ pub struct Limits {
     pub cpus: Option<f64>,
     /// Memory in MiB, swap included (`--mem`).
     pub mem_mib: Option<u64>,
-    /// Processes and threads at once (`--pids`, default [`DEFAULT_PIDS`]).
+    /// Processes and threads at once (`--pids`, default [`super::DEFAULT_PIDS`]).
     pub pids: Option<u64>,
 }
 
