@@ -30,8 +30,8 @@ pub fn boot(a: BootArgs) -> anyhow::Result<i32> {
     let req = RunRequest {
         name: None,
         backend: Some(backend.to_string()),
-        cpus: a.cpus,
-        mem_mib: a.mem,
+        cpus: Some(a.cpus),
+        mem_mib: Some(a.mem),
         net: false,
         keep: false,
         reuse: false,

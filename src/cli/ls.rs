@@ -294,6 +294,10 @@ fn clean_up_after(name: &str, paths: &SandboxPaths, state: &StateDir) {
         let _ = fs::remove_file(&paths.log);
         let _ = fs::remove_file(boxdesk::sandbox::log::rotated(&paths.log));
     }
+    #[cfg(target_os = "linux")]
+    if let Err(e) = boxdesk::sandbox::cgroup::remove_leftover(name) {
+        tracing::warn!("cannot remove the cgroup of {name}: {e}");
+    }
     let _ = socket::clear_if_stale(&paths.sock);
     let _ = socket::clear_if_stale(&paths.agent);
 }

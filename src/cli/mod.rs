@@ -132,12 +132,14 @@ struct RunArgs {
     /// auto, kvm, hvf or namespace [default: $BOXDESK_BACKEND, else auto].
     #[arg(long)]
     backend: Option<String>,
-    /// vCPUs of a VM; the CPU quota of a namespace sandbox (cgroups).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    cpus: u32,
-    /// Memory in MiB: a VM's RAM; a namespace sandbox's memory limit (cgroups).
-    #[arg(long, value_name = "MiB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(16..))]
-    mem: u32,
+    /// vCPUs of a VM [default: 1]; a namespace sandbox's CPU quota
+    /// (cgroups) [default: none].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    cpus: Option<u32>,
+    /// Memory in MiB: a VM's RAM [default: 512]; a namespace sandbox's
+    /// memory limit, swap included (cgroups) [default: none].
+    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u32).range(16..))]
+    mem: Option<u32>,
     /// Most processes and threads a namespace sandbox may hold at once.
     #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(16..=4_194_304))]
     pids: u64,
@@ -204,10 +206,10 @@ struct VmmArgs {
     name: String,
     #[arg(long, default_value = "namespace")]
     backend: String,
-    #[arg(long, default_value_t = 1)]
-    cpus: u32,
-    #[arg(long, default_value_t = 512)]
-    mem: u32,
+    #[arg(long)]
+    cpus: Option<u32>,
+    #[arg(long)]
+    mem: Option<u32>,
     #[arg(long)]
     net: bool,
     #[arg(long)]

@@ -34,8 +34,8 @@ pub const STOP_WAIT: Duration = Duration::from_secs(10);
 pub struct RunRequest {
     pub name: Option<String>,
     pub backend: Option<String>,
-    pub cpus: u32,
-    pub mem_mib: u32,
+    pub cpus: Option<u32>,
+    pub mem_mib: Option<u32>,
     pub net: bool,
     pub keep: bool,
     pub reuse: bool,
@@ -176,12 +176,6 @@ impl Helper {
         let mut cmd = Command::new(exe);
         cmd.arg("__vmm")
             .args(["--name", name, "--backend", backend])
-            .args([
-                "--cpus",
-                &req.cpus.to_string(),
-                "--mem",
-                &req.mem_mib.to_string(),
-            ])
             .args(["--ready-fd", &READY_FD.to_string()])
             // Holding the caller's cwd would keep it busy for the
             // sandbox's whole life.
@@ -189,6 +183,12 @@ impl Helper {
             .stdin(Stdio::null());
         if req.net {
             cmd.arg("--net");
+        }
+        if let Some(c) = req.cpus {
+            cmd.args(["--cpus", &c.to_string()]);
+        }
+        if let Some(m) = req.mem_mib {
+            cmd.args(["--mem", &m.to_string()]);
         }
         if req.keep {
             cmd.arg("--keep");
@@ -391,7 +391,13 @@ pub fn timed_start(req: &RunRequest) -> anyhow::Result<BootTimes> {
     let ready = t0.elapsed();
     let code = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, false));
     let first_exec = t0.elapsed();
-    let helper_rss_kib = helper_rss_kib(helper.child.id(), u64::from(req.mem_mib) << 10);
+    let helper_rss_kib = helper_rss_kib(
+        helper.child.id(),
+        u64::from(
+            req.mem_mib
+                .unwrap_or(boxdesk::sandbox::helper::DEFAULT_MEM_MIB),
+        ) << 10,
+    );
     helper.stop(&paths, &name);
     match code? {
         0 => Ok(BootTimes {

@@ -378,8 +378,7 @@ impl Cgroup {
             Version::V1 => "cgroup-v1",
             Version::V2 => "cgroup-v2",
         };
-        let dirs: Vec<&Path> = self.hiers.iter().filter_map(|h| h.dir.parent()).collect();
-        let mut s = format!("{version} {}: ", join_dirs(&dirs, &self.name));
+        let mut s = format!("{version} {}: ", self.location());
         let l = &self.enforced;
         let mut parts = Vec::new();
         if let Some(m) = l.mem_mib {
@@ -400,6 +399,13 @@ impl Cgroup {
             s.push_str(u);
         }
         s
+    }
+
+    /// Where it is: `/sys/fs/cgroup/boxdesk/NAME`, or for v1
+    /// `/sys/fs/cgroup/{memory,pids,cpu}/boxdesk/NAME`.
+    pub fn location(&self) -> String {
+        let dirs: Vec<&Path> = self.hiers.iter().filter_map(|h| h.dir.parent()).collect();
+        join_dirs(&dirs, &self.name)
     }
 
     fn swap_note(&self) -> &'static str {

@@ -63,6 +63,11 @@ mod bwrap {
     }
 }
 
+/// vCPUs of a VM when `--cpus` is not given.
+pub const DEFAULT_VCPUS: u32 = 1;
+/// RAM of a VM in MiB when `--mem` is not given.
+pub const DEFAULT_MEM_MIB: u32 = 512;
+
 /// How long the agent may take to answer its first handshake.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the sandbox may take to exit after a Shutdown frame.
@@ -73,10 +78,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 pub struct HelperOptions {
     /// The sandbox's name (already valid or refused here).
     pub name: String,
-    /// `--cpus`: vCPUs of a VM, a CPU quota of a namespace sandbox.
-    pub cpus: u32,
-    /// `--mem`: RAM of a VM, a memory limit of a namespace sandbox.
-    pub mem_mib: u32,
+    /// `--cpus`: vCPUs of a VM (default [`DEFAULT_VCPUS`]), a CPU quota of
+    /// a namespace sandbox (default none).
+    pub cpus: Option<u32>,
+    /// `--mem`: RAM of a VM (default [`DEFAULT_MEM_MIB`]), a memory limit of
+    /// a namespace sandbox (default none).
+    pub mem_mib: Option<u32>,
     /// Share the host network.
     pub net: bool,
     /// Keep the state dir and log after stop.
@@ -131,6 +138,10 @@ pub enum HelperError {
     #[cfg(target_os = "linux")]
     #[error(transparent)]
     Namespace(#[from] NamespaceError),
+    /// The sandbox's limits could not be set up.
+    #[cfg(target_os = "linux")]
+    #[error(transparent)]
+    Cgroup(#[from] super::cgroup::CgroupError),
     /// The sandbox ended before its agent answered.
     #[error("the sandbox exited ({status}) before its agent answered; log {}:\n{tail}", log.display())]
     Died {
@@ -190,8 +201,8 @@ enum Phase {
 /// Everything the threads share.
 struct Shared {
     name: String,
-    cpus: u32,
-    mem_mib: u32,
+    cpus: Option<u32>,
+    mem_mib: Option<u32>,
     net: bool,
     keep: bool,
     reused: bool,
@@ -214,6 +225,9 @@ struct Shared {
     rootfs: Option<PathBuf>,
     /// What the backend adds to `info` (id map, limits).
     extra_info: Mutex<Vec<(&'static str, String)>>,
+    /// What the backend must undo once its sandbox has ended (its cgroup),
+    /// run by every end: stop, death, failed start.
+    after_end: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 /// Why a helper ends.
@@ -237,8 +251,6 @@ impl Sandbox for Shared {
         let mut v = vec![
             ("proto", PROTO_VERSION.to_string()),
             ("pid", std::process::id().to_string()),
-            ("vcpus", self.cpus.to_string()),
-            ("mem_mib", self.mem_mib.to_string()),
             ("net", if self.net { "host" } else { "none" }.to_owned()),
             (
                 "rootfs",
@@ -269,6 +281,14 @@ impl Sandbox for Shared {
             ("state", phase.to_owned()),
             ("uptime_ms", self.started.elapsed().as_millis().to_string()),
         ];
+        // What the sandbox has (a VM) or is held to (namespaces); nothing
+        // when a namespace sandbox has no such limit.
+        if let Some(c) = self.cpus {
+            v.push(("vcpus", c.to_string()));
+        }
+        if let Some(m) = self.mem_mib {
+            v.push(("mem_mib", m.to_string()));
+        }
         v.extend(lock(&self.extra_info).iter().cloned());
         match self.ready_ms.load(Ordering::Relaxed) {
             0 => {}
@@ -326,6 +346,7 @@ impl Shared {
         }
         let _ = std::fs::remove_file(&self.paths.agent);
         let _ = std::fs::remove_file(self.state.agent_sock());
+        self.run_after_end();
         self.finish_state(&end);
         std::process::exit(code)
     }
@@ -384,6 +405,13 @@ impl Shared {
         let pid = self.sandbox_pid.load(Ordering::SeqCst);
         if !*exited && pid != 0 {
             let _ = signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+
+    fn run_after_end(&self) {
+        let hooks = std::mem::take(&mut *lock(&self.after_end));
+        for hook in hooks {
+            hook();
         }
     }
 
@@ -474,8 +502,16 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
     let agent = Arc::new(AgentAddr::new(&state.agent_sock()).map_err(os("agent socket path"))?);
     let shared = Arc::new(Shared {
         name: opts.name.clone(),
-        cpus: opts.cpus,
-        mem_mib: opts.mem_mib,
+        cpus: if is_vm {
+            Some(opts.cpus.unwrap_or(DEFAULT_VCPUS))
+        } else {
+            opts.cpus
+        },
+        mem_mib: if is_vm {
+            Some(opts.mem_mib.unwrap_or(DEFAULT_MEM_MIB))
+        } else {
+            opts.mem_mib
+        },
         net: opts.net,
         keep: opts.keep,
         reused: opts.reuse,
@@ -497,6 +533,7 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
             .as_ref()
             .and_then(|v| v.rootfs.as_ref().map(|r| r.0.clone())),
         extra_info: Mutex::new(Vec::new()),
+        after_end: Mutex::new(Vec::new()),
     });
 
     let sh = Arc::clone(&shared);
@@ -579,8 +616,8 @@ fn run_vm(
     let spec = crate::vmm::VmSpec {
         kernel: image.kernel,
         initrd: image.initrd,
-        mem_mib: opts.mem_mib,
-        vcpus: opts.cpus,
+        mem_mib: opts.mem_mib.unwrap_or(DEFAULT_MEM_MIB),
+        vcpus: opts.cpus.unwrap_or(DEFAULT_VCPUS),
         vsock_uds: shared.paths.agent.clone(),
         console,
         rootfs: v.rootfs.clone(),
@@ -691,6 +728,7 @@ fn fail(shared: &Arc<Shared>, child: Option<Child>, e: HelperError) -> HelperErr
         let _ = child.kill();
         let _ = child.wait();
     }
+    shared.run_after_end();
     // The log explains the failure: keep it. A state dir this run did not
     // make (`--reuse`, `--keep`) is not this run's to remove.
     if !shared.keep && !shared.reused {

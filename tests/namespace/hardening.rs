@@ -312,3 +312,45 @@ fn a_fork_bomb_is_held_by_the_pids_limit_and_gone_when_its_exec_times_out() {
     // And the sandbox still works.
     assert_eq!(sb.exec(&["echo", "alive"]).stdout, "alive\n");
 }
+
+#[test]
+fn info_shows_the_limits_that_hold_and_a_memory_hog_is_stopped_where_they_do() {
+    let env = TestEnv::new();
+    let sb = env.start("limits", &["--mem", "64", "--cpus", "1", "--pids", "300"]);
+    let info = env.info("limits");
+    assert_eq!(info["mem_mib"], "64", "{info:?}");
+    assert_eq!(info["vcpus"], "1", "{info:?}");
+    assert_eq!(info["pids_max"], "300", "{info:?}");
+    match info["limits"].as_str() {
+        "cgroup-v1" | "cgroup-v2" => {
+            assert!(info["cgroup"].contains("boxdesk"), "{info:?}");
+            let out = sb.exec(&[
+                "python3",
+                "-c",
+                "b = bytearray(256 << 20); print('survived')",
+            ]);
+            assert_eq!(
+                out.code(),
+                137,
+                "a 256 MiB allocation under a 64 MiB limit: {out}"
+            );
+            assert!(!out.stdout.contains("survived"));
+        }
+        "unenforced" => {
+            println!(
+                "skipped: memory limit not enforced here ({})",
+                info["limits_why"]
+            );
+            assert!(!info["limits_why"].is_empty());
+        }
+        other => panic!("limits {other}: {info:?}"),
+    }
+    // Without --mem and --cpus a namespace sandbox has no such limit.
+    let sb2 = env.start("nolimits", &[]);
+    let info = env.info("nolimits");
+    assert!(
+        !info.contains_key("mem_mib") && !info.contains_key("vcpus"),
+        "{info:?}"
+    );
+    drop(sb2);
+}

@@ -20,8 +20,8 @@ use super::{
     fail, lock, os, spawn_thread, End, HelperError, HelperOptions, Phase, Shared, READY_TIMEOUT,
 };
 use crate::sandbox::forward::{self, AgentAddr};
-use crate::sandbox::log;
 use crate::sandbox::namespace::{self, Spec};
+use crate::sandbox::{cgroup, log};
 
 /// Runs a namespace sandbox to its end; returns only on a startup failure
 /// (after cleaning up). `agent_listener` is the bound `<name>.agent`.
@@ -84,16 +84,13 @@ fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
     spec.net = opts.net;
     spec.pids_max = opts.pids;
     spec.tmp_bytes = opts.tmp_bytes;
+    let join = limits(shared, opts)?;
     {
         let mut info = lock(&shared.extra_info);
         info.push(("uid_map", format!("0:{}:1", spec.ids.uid)));
         info.push(("gid_map", format!("0:{}:1", spec.ids.gid)));
         info.push(("pids_max", spec.pids_max.to_string()));
         info.push(("tmp_mib", (spec.tmp_bytes >> 20).to_string()));
-        info.push((
-            "limits",
-            "pids (RLIMIT_NPROC in the sandbox's user namespace); memory and cpu unenforced".into(),
-        ));
     }
     // The agent's socket lives outside the sandbox, in the 0700 state dir,
     // and reaches the agent as a descriptor: nothing inside can rename,
@@ -104,7 +101,7 @@ fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
     let listener: OwnedFd = UnixListener::bind(&sock)
         .map_err(os("binding the agent's socket"))?
         .into();
-    let started = namespace::spawn(&spec, &listener, Vec::new())?;
+    let started = namespace::spawn(&spec, &listener, join)?;
     drop(listener);
     let log_path = shared.paths.log.clone();
     let output = started.output;
@@ -113,6 +110,49 @@ fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
         .sandbox_pid
         .store(started.child.id(), Ordering::SeqCst);
     Ok(started.child)
+}
+
+/// Puts the sandbox's limits in a cgroup of its own where this host and
+/// user allow one (removed again at its end), says in `info` what holds,
+/// and returns the `cgroup.procs` descriptors bwrap's child joins. The
+/// pids cap also holds without a cgroup: the agent sets RLIMIT_NPROC in
+/// the sandbox's user namespace.
+fn limits(shared: &Shared, opts: &HelperOptions) -> Result<Vec<std::os::fd::RawFd>, HelperError> {
+    let wanted = cgroup::Limits {
+        cpus: opts.cpus.map(f64::from),
+        mem_mib: opts.mem_mib.map(u64::from),
+        pids: Some(opts.pids),
+    };
+    let placement = cgroup::create(&opts.name, &wanted)?;
+    let mut info = lock(&shared.extra_info);
+    match placement {
+        cgroup::Placement::Enforced(cg) => {
+            let version = match cg.version() {
+                cgroup::Version::V1 => "cgroup-v1",
+                cgroup::Version::V2 => "cgroup-v2",
+            };
+            info.push(("limits", version.to_owned()));
+            info.push(("cgroup", cg.location()));
+            if !cg.unenforced().is_empty() {
+                info.push(("limits_unenforced", cg.unenforced().join(",")));
+            }
+            let fds = cg.join_fds().as_slice().to_vec();
+            let cg = std::sync::Mutex::new(Some(cg));
+            lock(&shared.after_end).push(Box::new(move || {
+                if let Some(cg) = lock(&cg).take() {
+                    if let Err(e) = cg.remove() {
+                        tracing::warn!("removing the sandbox's cgroup: {e}");
+                    }
+                }
+            }));
+            Ok(fds)
+        }
+        cgroup::Placement::Unenforced { why } => {
+            info.push(("limits", "unenforced".to_owned()));
+            info.push(("limits_why", why));
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// Polls the agent's socket until a channel handshake succeeds.
