@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use zeroize::Zeroizing;
 
+use super::logged;
 use super::mounts;
 use super::process::{self, Ended, ProcError, Status};
 use super::profile::{Profile, Sdk};
@@ -393,7 +394,8 @@ fn prepare_session(
                     .and_then(|ro| attach(server, p, &s.name, mount, &spec.path, ro))
             });
         if let Err(e) = outcome {
-            tracing::warn!("spawn {}: mount {mount:?} failed: {e}", s.id.key());
+            let (id, shown, e) = (logged(s.id.key()), logged(mount), logged(e));
+            tracing::warn!("spawn {id}: mount {shown} failed: {e}");
             failed.push(mount.clone());
         }
     }
@@ -475,7 +477,8 @@ async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams) -> Outcom
         _ => default_cwd(&session_dir, &s.additional_mounts, &failed),
     };
     if s.is_resume {
-        tracing::info!("spawn {} resumes session {}", s.id.key(), s.name);
+        let (id, name) = (logged(s.id.key()), logged(&s.name));
+        tracing::info!("spawn {id} resumes session {name}");
     }
     let exec = Exec {
         command: command.into_bytes(),

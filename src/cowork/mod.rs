@@ -8,7 +8,8 @@
 //! sandboxes, agent sessions) and [`process`] (one process = one channel
 //! session; events via [`utf8`] into [`events`]). [`mounts`] attaches host
 //! folders to running sandboxes, [`proxy`] is the `allowedDomains`
-//! proxy, [`sessions`] the session dirs, [`files`] `readFile`.
+//! proxy, [`sessions`] the session dirs, [`files`] `readFile`. Every
+//! value a peer chose goes through [`logged`] before it reaches a log line.
 //!
 //! Backend: COWORK.md's `auto` is the namespace backend until VMs can share
 //! host folders; `BOXDESK_BACKEND=kvm|hvf` is refused clearly because no
@@ -27,6 +28,7 @@ pub mod sessions;
 pub mod utf8;
 pub mod wire;
 
+use std::fmt::Display;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -35,6 +37,15 @@ use std::sync::Arc;
 use boxdesk_platform::{dirs, socket, DirError, SocketError};
 
 use crate::sandbox::{Backend, BackendError};
+
+/// A value a peer may have chosen (a method name, an id, a path, a
+/// domain, an error quoting any of those), as it may appear in a log line:
+/// control characters and bidi overrides escaped, so no peer can forge a
+/// line or drive the reader's terminal. Every such value goes through
+/// this before it reaches a tracing macro.
+pub fn logged(v: impl Display) -> String {
+    boxdesk_channel::sanitize_error(&v.to_string()).into_owned()
+}
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

@@ -524,6 +524,7 @@ async fn write_commands(
                 Some(sig) = inbox.signals.recv() => match tokio::time::timeout(KILL_GRACE, &mut send).await {
                     Ok(Ok(())) => Some(sig),
                     _ => {
+                        let key = super::logged(&key);
                         tracing::warn!("process {key}: a signal waited {KILL_GRACE:?} behind unread stdin; closing its channel, which kills it");
                         return;
                     }

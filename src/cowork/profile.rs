@@ -236,6 +236,7 @@ impl Profile {
             match shared {
                 Ok(()) => self.shared_ready.store(true, Ordering::SeqCst),
                 Err(e) => {
+                    let e = super::logged(e);
                     tracing::warn!("folders cannot be mounted into this profile's sandboxes: {e}")
                 }
             }
@@ -261,7 +262,8 @@ impl Profile {
             if let Some(me) = me.upgrade() {
                 let current = lock(&me.host).as_ref().is_some_and(|h| Arc::ptr_eq(h, &sb));
                 if current && me.connected.swap(false, Ordering::SeqCst) {
-                    tracing::warn!("the sandbox of profile {:?} ended", me.key.name);
+                    let name = super::logged(&me.key.name);
+                    tracing::warn!("the sandbox of profile {name} ended");
                     me.emit(json!({"type": "networkStatus", "status": "disconnected"}));
                 }
             }

@@ -21,6 +21,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 
+use super::logged;
 use super::methods;
 use super::profile::{Profile, ProfileKey};
 use super::wire::{self, Request};
@@ -231,11 +232,12 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
             }
         };
         if tracing::enabled!(tracing::Level::DEBUG) {
+            let id = req.id.as_ref().map_or("-".into(), Value::to_string);
             tracing::debug!(
-                "request {} id={:?} params={}",
-                req.method,
-                req.id,
-                methods::redacted(&req.params)
+                "request {} id={} params={}",
+                logged(&req.method),
+                logged(id),
+                logged(methods::redacted(&req.params))
             );
         }
         match req.method.as_str() {
@@ -276,7 +278,7 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
 async fn respond(server: &Arc<Server>, p: &Arc<Profile>, req: Request, tx: &mpsc::Sender<Out>) {
     let outcome = methods::call(server, p, &req.method, req.params).await;
     if let Err(e) = &outcome {
-        tracing::info!("{} failed: {e}", req.method);
+        tracing::info!("{} failed: {}", logged(&req.method), logged(e));
     }
     let _ = tx
         .send(Out::Frame(reply_frame(req.id.as_ref(), outcome)))

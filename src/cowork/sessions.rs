@@ -260,7 +260,8 @@ impl Remover {
                 return Err(fail("cannot remove", &"mount point left in place"));
             }
             detach(dir, name).map_err(|e| fail("cannot detach mount", &e))?;
-            tracing::info!(path = %rel.display(), "detached a mount in a session dir");
+            let path = super::logged(rel.display());
+            tracing::info!(path = %path, "detached a mount in a session dir");
         };
         if info.dir {
             if rel.components().count() > MAX_DEPTH + 1 {
@@ -437,7 +438,8 @@ impl SessionsDir {
             match Self::delete_one(&root, name, busy) {
                 Ok(()) => report.deleted.push(name.clone()),
                 Err(e) => {
-                    tracing::warn!(session = %name, error = %e, "session not deleted");
+                    let (shown, why) = (super::logged(name), super::logged(&e));
+                    tracing::warn!(session = %shown, error = %why, "session not deleted");
                     report.errors.insert(name.clone(), e);
                 }
             }
@@ -500,7 +502,8 @@ impl SessionsDir {
                 report.pruned_sessions.push(name.clone());
             }
             if let Err(e) = res {
-                tracing::warn!(session = %name, error = %e, "session not fully pruned");
+                let (shown, why) = (super::logged(&name), super::logged(&e));
+                tracing::warn!(session = %shown, error = %why, "session not fully pruned");
                 report.errors.insert(name, e);
             }
         }

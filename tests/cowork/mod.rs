@@ -903,3 +903,44 @@ fn kill_reaches_a_process_buried_under_stdin_it_never_reads() {
     );
     assert_eq!(p.call("isRunning", json!({}))["result"]["running"], true);
 }
+
+#[test]
+fn a_newline_in_a_method_id_name_or_mount_never_forges_a_log_line() {
+    let c = Cowork::start();
+    let r = c.one_shot("nope\nFORGED one-shot method", json!({}));
+    assert_eq!(r["success"], false, "{r}");
+    let mut p = c.boot("lf");
+    let mut ev = c.events("lf");
+    p.call("setDebugLogging", json!({"enabled": true}));
+    p.call("nope\r\nFORGED pipe method\u{1b}[31m", json!({}));
+    let id = "i\nFORGED spawn id";
+    let r = p.call(
+        "spawn",
+        json!({"id": id, "name": "s\nFORGED session name", "command": "true", "isResume": true,
+               "additionalMounts": {"m\nFORGED mount name": {"path": "etc\nFORGED mount path"}}}),
+    );
+    // The reply names the mount as the client did; only the log escapes it.
+    assert_eq!(
+        r["result"],
+        json!({"failedMounts": ["m\nFORGED mount name"]}),
+        "{r}"
+    );
+    ev.exit_of(id);
+    p.call("kill", json!({"id": "k\nFORGED kill id"}));
+    let log = c.log();
+    let forged: Vec<&str> = log.lines().filter(|l| l.starts_with("FORGED")).collect();
+    assert!(forged.is_empty(), "forged lines {forged:?} in:\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "a terminal escape reached the log:\n{log}"
+    );
+    for shown in [
+        "nope\\x0aFORGED one-shot method",
+        "nope\\x0d\\x0aFORGED pipe method\\x1b[31m",
+        "i\\x0aFORGED spawn id",
+        "s\\x0aFORGED session name",
+        "m\\x0aFORGED mount name",
+    ] {
+        assert!(log.contains(shown), "{shown:?} not logged escaped:\n{log}");
+    }
+}
