@@ -16,10 +16,12 @@
 //!
 //! Paths from the client are resolved by [`resolve_in_home`]: lexically
 //! under the user's home, no `..`, then opened beneath the home directory
-//! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside. Mount
-//! targets are made and opened by [`dir_beneath`] without following any
-//! symlink, because sandboxed processes can write the directories they are
-//! in. This module never mounts by a path string the client chose.
+//! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside. A source
+//! that does not exist is an error: nothing is ever created in the user's
+//! folders. Mount targets, in the server's own (0700) dirs, are made 0700
+//! and opened by [`dir_beneath`] without following any symlink, because
+//! sandboxed processes can write the directories they are in. This module
+//! never mounts by a path string the client chose.
 
 use std::ffi::CString;
 use std::io;
@@ -221,9 +223,9 @@ pub fn rel_to_home(home: &Path, path: &str) -> Result<PathBuf, MountError> {
     }
 }
 
-/// Opens the directory `path` (relative to `/`) beneath `home` as an
-/// `O_PATH` descriptor, creating missing directories beneath home; `..`,
-/// paths outside home and symlinks leading outside are refused.
+/// Opens the existing directory `path` (relative to `/`) beneath `home`
+/// as an `O_PATH` descriptor; `..`, paths outside home, symlinks leading
+/// outside and missing directories are refused, and nothing is created.
 pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
     let rel = rel_to_home(home, path)?;
     let home_fd = open_dir(home)?;
@@ -236,10 +238,11 @@ pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
         &names,
         home,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        false,
     )
 }
 
-/// Opens (creating as needed) the directory `base/names…` without
+/// Opens (creating as needed, 0700) the directory `base/names…` without
 /// following any symlink on the way; each name is checked.
 pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
     for n in names {
@@ -252,6 +255,7 @@ pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
         &names,
         base,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+        true,
     )
 }
 
@@ -281,25 +285,28 @@ fn open_dir(p: &Path) -> Result<OwnedFd, MountError> {
 }
 
 /// Opens `names` one at a time beneath `start` with `resolve` flags,
-/// making each missing directory.
+/// making each missing directory (0700) when `create`.
 fn walk(
     start: &OwnedFd,
     names: &[String],
     shown: &Path,
     resolve: u64,
+    create: bool,
 ) -> Result<OwnedFd, MountError> {
     let mut cur = open_at(start, ".", resolve).map_err(os("opening", shown))?;
     let mut here = shown.to_owned();
     for n in names {
         here.push(n);
         let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName(n.clone()))?;
-        // SAFETY: `cur` is a valid directory fd and `c` a valid C string;
-        // mkdirat never follows a symlink in its last component.
-        let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(os("creating", &here)(e));
+        if create {
+            // SAFETY: `cur` is a valid directory fd and `c` a valid C
+            // string; mkdirat never follows a symlink in its last component.
+            let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o700) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(os("creating", &here)(e));
+                }
             }
         }
         cur = open_at(&cur, n, resolve).map_err(os("opening", &here))?;
@@ -518,8 +525,19 @@ mod tests {
         assert!(resolve_in_home(&home, &rel("real")).is_ok());
         assert!(resolve_in_home(&home, &rel("inside")).is_ok());
         assert!(resolve_in_home(&home, &rel("esc")).is_err());
-        assert!(resolve_in_home(&home, &rel("new/dir")).is_ok());
-        assert!(home.join("new/dir").is_dir());
+    }
+
+    #[test]
+    fn a_missing_source_folder_is_refused_and_nothing_is_created_in_home() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        std::fs::create_dir_all(home.join("real")).unwrap();
+        let rel = |p: &str| format!("{}/{p}", home.display());
+        let e = resolve_in_home(&home, &rel("real/new/dir")).unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
+        assert!(!home.join("real/new").exists());
+        assert!(resolve_in_home(&home, &rel("gone")).is_err());
+        assert!(!home.join("gone").exists());
     }
 
     #[test]
@@ -538,5 +556,11 @@ mod tests {
         assert!(dir_beneath(t.path(), &["s", "mnt", "x"]).is_err());
         assert!(dir_beneath(t.path(), &["s", "ok", "x"]).is_ok());
         assert!(t.path().join("s/ok/x").is_dir());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(t.path().join("s/ok/x"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 }

@@ -944,3 +944,44 @@ fn a_newline_in_a_method_id_name_or_mount_never_forges_a_log_line() {
         assert!(log.contains(shown), "{shown:?} not logged escaped:\n{log}");
     }
 }
+
+#[test]
+fn a_mount_of_a_folder_that_does_not_exist_fails_and_creates_nothing_on_the_host() {
+    let c = Cowork::start();
+    let mut p = c.boot("gone");
+    let mut ev = c.events("gone");
+    let home = &c.env.home;
+    std::fs::create_dir_all(home.join("proj")).unwrap();
+    let rel = |p: &str| format!("{}/{p}", home.strip_prefix("/").unwrap().display());
+    let r = p.call(
+        "spawn",
+        json!({"id": "a", "name": "s", "command": "ls", "args": ["/sessions/s/mnt"],
+               "additionalMounts": {"gone": {"path": rel("gone/deeper"), "mode": "rw"},
+                                    "half": {"path": rel("proj/missing")},
+                                    "proj": {"path": rel("proj"), "mode": "rw"}}}),
+    );
+    assert_eq!(
+        r["result"],
+        json!({"failedMounts": ["gone", "half"]}),
+        "{r}\n{}",
+        c.log()
+    );
+    assert_eq!(ev.exit_of("a")["exitCode"], 0, "{:?}", ev.seen);
+    assert!(!home.join("gone").exists(), "a missing mount was created");
+    assert!(
+        !home.join("proj/missing").exists(),
+        "a missing mount was created"
+    );
+    // mountPath: the same refusal, and nothing made either.
+    p.call(
+        "spawn",
+        json!({"id": "long", "name": "s", "command": "sleep", "args": ["30"]}),
+    );
+    let r = p.call(
+        "mountPath",
+        json!({"processId": "long", "subpath": rel("later/x"), "mountName": "later", "mode": "rw"}),
+    );
+    assert_eq!(r["success"], false, "{r}");
+    assert!(!home.join("later").exists());
+    p.call("kill", json!({"id": "long", "signal": "SIGKILL"}));
+}
