@@ -4,7 +4,9 @@
 //!
 //! Owns the VM lifecycle as the client sees it (`startVM`, `stopVM`,
 //! `isRunning`, `isGuestConnected`) and the events that go with it. A
-//! profile's files live under `<data>/boxdesk/cowork/<dir_name>/`.
+//! profile's files live under `<data>/boxdesk/cowork/<dir_name>/`; every
+//! directory from `<data>/boxdesk` down, and from the runtime dir's
+//! `cowork/` down, is private (0700) and every log 0600 ([`private`]).
 
 use crate::sync::lock;
 use std::collections::HashMap;
@@ -18,6 +20,7 @@ use zeroize::Zeroizing;
 
 use super::events::Events;
 use super::mounts;
+use super::private;
 use super::process::Procs;
 use super::proxy::{self, Allowlist};
 use super::sandbox::{Layout, Net, Sandbox, SandboxError};
@@ -109,6 +112,9 @@ pub struct Profile {
     shared_ready: AtomicBool,
     /// Numbers the private-network sandboxes' run dirs; never reused.
     next_tag: std::sync::atomic::AtomicU32,
+    /// The topmost private dirs above `dir` (`<data>/boxdesk`) and above
+    /// `layout.runtime` (`<runtime>/boxdesk/cowork`).
+    tops: [PathBuf; 2],
 }
 
 impl Profile {
@@ -117,6 +123,7 @@ impl Profile {
     /// user whose home is `home`.
     pub fn new(key: ProfileKey, root: &Path, runtime: &Path, home: &Path) -> Self {
         let dir = root.join(key.dir_name());
+        let tops = [root.parent().unwrap_or(root).to_owned(), runtime.to_owned()];
         let layout = Layout {
             sessions: dir.join("sessions"),
             home_mirror: dir.join("home"),
@@ -138,6 +145,7 @@ impl Profile {
             connected: AtomicBool::new(false),
             shared_ready: AtomicBool::new(false),
             next_tag: std::sync::atomic::AtomicU32::new(0),
+            tops,
         }
     }
 
@@ -185,6 +193,11 @@ impl Profile {
         self.step("start_vm", "running");
         self.step("wait_for_guest", "running");
         let staged = self.shared_ready.load(Ordering::SeqCst);
+        if let Err(e) = self.private_log("host") {
+            self.step("start_vm", "failed");
+            self.step("wait_for_guest", "failed");
+            return Err(format!("cannot start the sandbox: {e}"));
+        }
         match Sandbox::start(&self.layout, Net::Host, "host", staged).await {
             Ok(sb) => {
                 self.step("start_vm", "completed");
@@ -220,15 +233,15 @@ impl Profile {
     /// report them as failed.
     fn prepare(&self) -> Result<(), String> {
         let l = &self.layout;
-        for d in [
-            &l.sessions,
-            &l.home_mirror,
-            &l.runtime,
-            &l.staged_sessions(),
-            &l.staged_home(),
+        let [data, runtime] = &self.tops;
+        for (top, d) in [
+            (data, &l.sessions),
+            (data, &l.home_mirror),
+            (data, &l.state),
+            (runtime, &l.staged_sessions()),
+            (runtime, &l.staged_home()),
         ] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            private::dirs(top, d).map_err(|e| e.to_string())?;
         }
         if !self.shared_ready.load(Ordering::SeqCst) {
             let shared = mounts::make_shared(&l.sessions, &l.staged_sessions())
@@ -242,6 +255,14 @@ impl Profile {
             }
         }
         Ok(())
+    }
+
+    /// Makes the log of sandbox `tag` (which `sandbox.rs` then opens by
+    /// name, appending) a private regular file: created 0600 or tightened,
+    /// never through a symlink.
+    fn private_log(&self, tag: &str) -> Result<(), private::PrivateError> {
+        let log = self.layout.state.join(format!("sandbox-{tag}.log"));
+        private::open_log(&log).map(drop)
     }
 
     /// Whether folders can be attached to this profile's sandboxes.
@@ -290,6 +311,8 @@ impl Profile {
             .ok_or("the VM is not running: call startVM first")?;
         let tag = format!("net{}", self.next_tag.fetch_add(1, Ordering::Relaxed));
         let staged = self.shared_ready.load(Ordering::SeqCst);
+        self.private_log(&tag)
+            .map_err(|e| format!("cannot start the filtered sandbox: {e}"))?;
         let sb = Sandbox::start(&self.layout, Net::Filtered(Arc::new(allow)), &tag, staged)
             .await
             .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;

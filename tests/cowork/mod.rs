@@ -985,3 +985,103 @@ fn a_mount_of_a_folder_that_does_not_exist_fails_and_creates_nothing_on_the_host
     assert!(!home.join("later").exists());
     p.call("kill", json!({"id": "long", "signal": "SIGKILL"}));
 }
+
+/// The one profile dir under `<data>/boxdesk/cowork`.
+fn profile_dir(c: &Cowork) -> std::path::PathBuf {
+    let root = c.env.root().join("data/boxdesk/cowork");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.remove(0)
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn data_dirs_are_0700_and_sandbox_logs_0600_and_loose_ones_are_tightened() {
+    let c = Cowork::start();
+    let mut p = c.boot("modes");
+    let mut ev = c.events("modes");
+    p.sh("x", "sess", "true");
+    ev.exit_of("x");
+    let r = p.call("spawn", json!({"id": "f", "name": "sess", "command": "true", "allowedDomains": ["api.anthropic.com"]}));
+    assert_eq!(r["success"], true, "{r}");
+    ev.exit_of("f");
+    let profile = profile_dir(&c);
+    let data = c.env.root().join("data/boxdesk");
+    let runtime = c.env.xdg_runtime.join("boxdesk/cowork");
+    let dirs = [
+        data.clone(),
+        data.join("cowork"),
+        profile.clone(),
+        profile.join("sessions"),
+        profile.join("sessions/sess"),
+        profile.join("home"),
+        runtime.clone(),
+    ];
+    for d in &dirs {
+        assert_eq!(mode_of(d), 0o700, "{}", d.display());
+    }
+    for log in ["sandbox-host.log", "sandbox-net0.log"] {
+        assert_eq!(mode_of(&profile.join(log)), 0o600, "{log}");
+    }
+    // What an older version left (0755 dirs, a 0644 log) is tightened at
+    // the next startVM.
+    assert_eq!(p.call("stopVM", json!({}))["success"], true);
+    for d in &dirs[..4] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let log = profile.join("sandbox-host.log");
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(p.call("startVM", json!({}))["success"], true, "{}", c.log());
+    for d in &dirs[..4] {
+        assert_eq!(mode_of(d), 0o700, "{} not tightened", d.display());
+    }
+    assert_eq!(mode_of(&log), 0o600);
+    assert!(c.log().contains("tightened"), "{}", c.log());
+}
+
+#[test]
+fn a_sandbox_log_replaced_by_a_symlink_is_refused_and_its_target_left_alone() {
+    let c = Cowork::start();
+    let mut p = c.boot("link");
+    assert_eq!(p.call("stopVM", json!({}))["success"], true);
+    let log = profile_dir(&c).join("sandbox-host.log");
+    let target = c.env.root().join("elsewhere");
+    std::fs::remove_file(&log).unwrap();
+    std::os::unix::fs::symlink(&target, &log).unwrap();
+    let r = p.call("startVM", json!({}));
+    assert_eq!(r["success"], false, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("sandbox-host.log"),
+        "{r}"
+    );
+    assert!(!target.exists(), "the log symlink was followed");
+}
+
+#[test]
+fn a_data_dir_owned_by_another_user_is_refused_not_used() {
+    if crate::support::skip_unless_root("making a dir another uid owns needs root") {
+        return;
+    }
+    let c = Cowork::start();
+    let mut p = c.boot("owner");
+    assert_eq!(p.call("stopVM", json!({}))["success"], true);
+    let sessions = profile_dir(&c).join("sessions");
+    std::os::unix::fs::chown(&sessions, Some(65534), Some(65534)).unwrap();
+    let r = p.call("startVM", json!({}));
+    assert_eq!(r["success"], false, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("owned by uid 65534"),
+        "{r}"
+    );
+    assert_eq!(mode_of(&sessions), 0o700, "left as it was");
+}

@@ -1,0 +1,254 @@
+//! The cowork server's own files on the host: its data and runtime
+//! directories (0700) and its log files (0600).
+//!
+//! A directory is created 0700; one that already exists and is ours is
+//! *tightened* to 0700 (earlier versions made them 0755, and refusing to
+//! start over our own mistake would only break the app), with one log
+//! line saying so. One owned by another uid, a symlink, or not a directory
+//! is refused: this module never follows a symlink in the last component
+//! and never uses, or changes, anything another user owns. Logs are opened
+//! `O_NOFOLLOW | O_APPEND`, created 0600, tightened the same way, and
+//! refused unless they are regular files of ours.
+//!
+//! Ancestors above the first directory a caller names (`$XDG_DATA_HOME`,
+//! `$HOME`) are the user's business: missing ones are created with the
+//! default mode, existing ones are left alone.
+
+use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why a private directory or log cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivateError {
+    /// Another uid owns it: never used, never changed.
+    #[error("{} is owned by uid {owner}, not {euid}: refusing to use it", path.display())]
+    NotOurs {
+        /// The path.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Who we are.
+        euid: u32,
+    },
+    /// It is a symlink, or not the kind of file wanted.
+    #[error("{} is not a {wanted} (a symlink or something else is in its place)", path.display())]
+    WrongType {
+        /// The path.
+        path: PathBuf,
+        /// "directory" or "regular file".
+        wanted: &'static str,
+    },
+    /// A system call failed.
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PrivateError + 'a {
+    move |source| PrivateError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Makes every directory from `top` down to `path` (which must be `top`
+/// or beneath it) private: created 0700 when missing, tightened to 0700
+/// when ours, refused otherwise. `top`'s own missing parents are created
+/// with the default mode.
+pub fn dirs(top: &Path, path: &Path) -> Result<(), PrivateError> {
+    let rel = path
+        .strip_prefix(top)
+        .map_err(|_| PrivateError::WrongType {
+            path: path.to_owned(),
+            wanted: "directory",
+        })?;
+    if let Some(parent) = top.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+    }
+    let mut here = top.to_owned();
+    dir(&here)?;
+    for c in rel.components() {
+        here.push(c);
+        dir(&here)?;
+    }
+    Ok(())
+}
+
+/// Makes exactly `path` a private directory (its parent must exist).
+pub fn dir(path: &Path) -> Result<(), PrivateError> {
+    match DirBuilder::new().mode(0o700).create(path) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+            return Err(io_err("create", path)(e));
+        }
+        _ => {}
+    }
+    // O_PATH: a directory of ours with mode 0000 can still be opened, and
+    // the descriptor pins exactly the inode that is checked and changed.
+    let fd = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => PrivateError::WrongType {
+                path: path.to_owned(),
+                wanted: "directory",
+            },
+            _ => io_err("open", path)(e),
+        })?;
+    let meta = fd.metadata().map_err(io_err("inspect", path))?;
+    ours(path, &meta)?;
+    if meta.mode() & 0o7777 != 0o700 {
+        // An O_PATH descriptor cannot be fchmod'ed; its magic link names
+        // exactly the inode just checked.
+        let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        std::fs::set_permissions(magic, Permissions::from_mode(0o700))
+            .map_err(io_err("chmod", path))?;
+        tracing::info!(
+            "tightened {} from mode {:04o} to 0700",
+            path.display(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
+/// Opens the log `path` for appending: created 0600, never through a
+/// symlink, tightened to 0600 when ours, refused when another uid owns
+/// it or it is not a regular file. Its directory should be private.
+pub fn open_log(path: &Path) -> Result<File, PrivateError> {
+    // O_NONBLOCK: a FIFO in its place fails (ENXIO) instead of blocking
+    // until a reader comes; it changes nothing for a regular file.
+    let file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENXIO | libc::EISDIR) => PrivateError::WrongType {
+                path: path.to_owned(),
+                wanted: "regular file",
+            },
+            _ => io_err("open", path)(e),
+        })?;
+    let meta = file.metadata().map_err(io_err("inspect", path))?;
+    ours(path, &meta)?;
+    if !meta.is_file() {
+        return Err(PrivateError::WrongType {
+            path: path.to_owned(),
+            wanted: "regular file",
+        });
+    }
+    if meta.mode() & 0o7777 != 0o600 {
+        file.set_permissions(Permissions::from_mode(0o600))
+            .map_err(io_err("chmod", path))?;
+    }
+    Ok(file)
+}
+
+fn ours(path: &Path, meta: &std::fs::Metadata) -> Result<(), PrivateError> {
+    let euid = boxdesk_platform::euid();
+    if meta.uid() != euid {
+        return Err(PrivateError::NotOurs {
+            path: path.to_owned(),
+            owner: meta.uid(),
+            euid,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn missing_dirs_are_made_0700_from_top_down_and_open_ones_tightened() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("share/boxdesk");
+        let deep = top.join("cowork/p/sessions");
+        std::fs::create_dir_all(top.join("cowork")).unwrap();
+        std::fs::set_permissions(top.join("cowork"), Permissions::from_mode(0o755)).unwrap();
+        dirs(&top, &deep).unwrap();
+        for p in [&top, &top.join("cowork"), &top.join("cowork/p"), &deep] {
+            assert_eq!(mode(p), 0o700, "{}", p.display());
+        }
+        // The user's own dirs above `top` are not ours to judge.
+        assert_ne!(mode(&t.path().join("share")), 0);
+    }
+
+    #[test]
+    fn a_symlink_or_a_file_in_a_dirs_place_is_refused_and_its_target_untouched() {
+        let t = tempfile::tempdir().unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, t.path().join("link")).unwrap();
+        std::fs::write(t.path().join("file"), "").unwrap();
+        for name in ["link", "file"] {
+            let e = dir(&t.path().join(name)).unwrap_err();
+            assert!(matches!(e, PrivateError::WrongType { .. }), "{name}: {e}");
+        }
+        assert_eq!(mode(&elsewhere), 0o755);
+    }
+
+    #[test]
+    fn a_log_is_created_0600_tightened_and_never_opened_through_a_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let log = t.path().join("a.log");
+        drop(open_log(&log).unwrap());
+        assert_eq!(mode(&log), 0o600);
+        std::fs::set_permissions(&log, Permissions::from_mode(0o644)).unwrap();
+        use std::io::Write;
+        open_log(&log).unwrap().write_all(b"x").unwrap();
+        assert_eq!(mode(&log), 0o600);
+        let target = t.path().join("target");
+        std::os::unix::fs::symlink(&target, t.path().join("b.log")).unwrap();
+        let e = open_log(&t.path().join("b.log")).unwrap_err();
+        assert!(matches!(e, PrivateError::WrongType { .. }), "{e}");
+        assert!(!target.exists(), "the symlink was followed");
+    }
+
+    #[test]
+    fn a_fifo_in_a_logs_place_is_refused_without_blocking() {
+        let t = tempfile::tempdir().unwrap();
+        let fifo = t.path().join("f.log");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(matches!(
+            open_log(&fifo),
+            Err(PrivateError::WrongType { .. })
+        ));
+    }
+
+    #[test]
+    fn a_dir_or_log_of_another_uid_is_refused_and_left_as_it_is() {
+        if boxdesk_platform::euid() != 0 {
+            return println!("skipped: making a file another uid owns needs root");
+        }
+        let t = tempfile::tempdir().unwrap();
+        let (d, log) = (t.path().join("d"), t.path().join("x.log"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&log, "").unwrap();
+        for p in [&d, &log] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        assert!(matches!(dir(&d), Err(PrivateError::NotOurs { .. })));
+        assert!(matches!(open_log(&log), Err(PrivateError::NotOurs { .. })));
+        assert_eq!(mode(&d), 0o755);
+    }
+}
