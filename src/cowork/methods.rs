@@ -12,11 +12,11 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use zeroize::Zeroizing;
 
+use super::allowlist::Allowlist;
 use super::logged;
 use super::mounts;
 use super::process::{self, Ended, ProcError, Status};
 use super::profile::{Profile, Sdk};
-use super::proxy::Allowlist;
 use super::server::Server;
 use super::sessions::PruneOptions;
 
@@ -413,8 +413,21 @@ async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams) -> Outcom
     if s.command.is_empty() {
         return Err("command is empty".into());
     }
-    let allowed = match &s.allowed_domains {
-        Some(list) if !list.is_empty() => Some(Allowlist::new(list).map_err(|e| e.to_string())?),
+    let allowed = match s.allowed_domains.as_deref().map(Allowlist::new) {
+        Some(Ok(a)) if !a.key().is_empty() => Some(a),
+        Some(Err(e)) => {
+            // Refused like a program that cannot start: an error event the
+            // app shows, and an exit, so the id never stays "running".
+            let key = s.id.key();
+            let (generation, _) = p
+                .procs
+                .register(&key, &s.name, s.one_shot)
+                .map_err(|e| e.to_string())?;
+            let why = format!("allowedDomains: {e}");
+            tracing::info!("spawn {} refused: {}", logged(&key), logged(&why));
+            process::refuse(&p.events, &p.procs, &key, &s.id.json(), generation, &why);
+            return Ok(json!({}));
+        }
         _ => None,
     };
     let sandbox = p.sandbox_for(allowed).await?;

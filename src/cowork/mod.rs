@@ -8,14 +8,16 @@
 //! sandboxes, agent sessions) and [`process`] (one process = one channel
 //! session; events via [`utf8`] into [`events`]). [`mounts`] attaches host
 //! folders to running sandboxes, [`proxy`] is the `allowedDomains`
-//! proxy, [`sessions`] the session dirs, [`files`] `readFile`, [`private`]
-//! the server's own directories (0700) and logs (0600). Every value a peer
-//! chose goes through [`logged`] before it reaches a log line.
+//! proxy (its rules: [`allowlist`]), [`sessions`] the session dirs,
+//! [`files`] `readFile`, [`private`] the server's own directories (0700)
+//! and logs (0600). Every value a peer chose goes through [`logged`]
+//! before it reaches a log line.
 //!
 //! Backend: COWORK.md's `auto` is the namespace backend until VMs can share
 //! host folders; `BOXDESK_BACKEND=kvm|hvf` is refused clearly because no
 //! VM backend exists yet. The frontend never depends on which backend runs.
 
+pub mod allowlist;
 pub mod events;
 pub mod files;
 pub mod methods;

@@ -5,7 +5,8 @@
 //! Ids are the client's. An entry carries a generation, so the exit of an
 //! old process can never touch the entry of a newer one with the same id.
 //! A process that fails to start gets an `error` event and an `exit` event
-//! (126 for permission errors, 127 otherwise); one whose sandbox vanished
+//! (126 for permission errors, 127 otherwise; 127 too for a spawn refused
+//! before it started, e.g. for its allowlist); one whose sandbox vanished
 //! gets `error` and `exit` with `signal: "SIGKILL"` — never an id stuck
 //! "running". Output events wait for room in the profile's queue, which is
 //! what back-pressures the process.
@@ -482,10 +483,32 @@ pub async fn run(r: Run, inbox: Inbox) {
             Ended::Signal(libc::SIGKILL)
         }
     };
-    r.procs.finish(&r.key, r.generation, ended);
+    end(&r.events, &r.procs, &r.key, &r.id, r.generation, ended);
+}
+
+/// Ends process `key` (generation `generation`) before anything ran: an
+/// `error` event with `message`, then `exit` with 127, as for a program
+/// that cannot be found, so the id never stays "running".
+pub fn refuse(
+    events: &Events,
+    procs: &Procs,
+    key: &str,
+    id: &Value,
+    generation: u64,
+    message: &str,
+) {
+    events.push(wire::frame_json(
+        &json!({"type": "error", "id": id, "message": message}),
+    ));
+    end(events, procs, key, id, generation, Ended::Code(127));
+}
+
+/// Records the end in the table, then emits the `exit` event.
+fn end(events: &Events, procs: &Procs, key: &str, id: &Value, generation: u64, ended: Ended) {
+    procs.finish(key, generation, ended);
     let (code, signal) = ended.fields();
-    r.events.push(wire::frame_json(&json!({
-        "type": "exit", "id": r.id, "exitCode": code, "signal": signal,
+    events.push(wire::frame_json(&json!({
+        "type": "exit", "id": id, "exitCode": code, "signal": signal,
     })));
 }
 

@@ -557,30 +557,22 @@ fn tokens_reach_the_process_but_never_the_log() {
     assert!(!log.contains("SECRET"), "a secret reached the log:\n{log}");
 }
 
-#[test]
-fn allowed_domains_give_a_private_network_whose_only_way_out_is_the_proxy() {
-    if !std::path::Path::new("/usr/bin/python3").exists() {
-        println!("skipped: needs /usr/bin/python3 inside the sandbox");
-        return;
-    }
-    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = host.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in host.incoming().flatten() {
-            let mut s = s;
-            let _ = s.write_all(b"hello-from-host");
-        }
-    });
-    let c = Cowork::start();
-    let mut p = c.boot("net");
-    let mut ev = c.events("net");
-    let script = format!(
+/// A Python script for a filtered sandbox: prints `HTTPS_PROXY`, then for
+/// each `(host, port)` the proxy's status for `CONNECT host:port` and, on
+/// 200, what the far end sent; then whether a direct connection to
+/// 127.0.0.1:`direct` got through.
+fn proxy_script(targets: &[(&str, u16)], direct: u16) -> String {
+    let targets: Vec<String> = targets
+        .iter()
+        .map(|(h, p)| format!("print(*via({h:?}, {p}))"))
+        .collect();
+    format!(
         r#"
 import os, socket
 print(os.environ.get("HTTPS_PROXY"))
-def via(host):
+def via(host, port):
     s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-    s.sendall(f"CONNECT {{host}}:{port} HTTP/1.1\r\nHost: {{host}}\r\n\r\n".encode())
+    s.sendall(f"CONNECT {{host}}:{{port}} HTTP/1.1\r\nHost: {{host}}\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
         b = s.recv(1)
@@ -589,22 +581,56 @@ def via(host):
     status = head.split(b" ")[1].decode() if head else "none"
     body = s.recv(100).decode() if status == "200" else ""
     return status, body
-print(*via("localhost"))
-print(*via("example.com"))
+{}
 try:
-    socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    socket.create_connection(("127.0.0.1", {direct}), timeout=2)
     print("direct-ok")
 except OSError:
     print("direct-refused")
-"#
+"#,
+        targets.join("\n")
+    )
+}
+
+/// A listener on 127.0.0.1 that greets every connection; its port.
+fn greeting_host() -> u16 {
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in host.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(b"hello-from-host");
+        }
+    });
+    port
+}
+
+#[test]
+fn allowed_domains_give_a_private_network_whose_only_way_out_is_the_proxy() {
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        println!("skipped: needs /usr/bin/python3 inside the sandbox");
+        return;
+    }
+    let port = greeting_host();
+    let c = Cowork::start();
+    let mut p = c.boot("net");
+    let mut ev = c.events("net");
+    // An IP entry with its port: the user's choice of a host on this machine.
+    let script = proxy_script(
+        &[
+            ("127.0.0.1", port),
+            ("localhost", port),
+            ("example.com", 443),
+        ],
+        port,
     );
-    let r = p.call("spawn", json!({"id": "py", "name": "s", "command": "python3", "args": ["-c", script], "allowedDomains": ["localhost"]}));
+    let r = p.call("spawn", json!({"id": "py", "name": "s", "command": "python3", "args": ["-c", script], "allowedDomains": [format!("127.0.0.1:{port}")]}));
     assert_eq!(r["success"], true, "{r}\n{}", c.log());
     let exit = ev.exit_of("py");
     assert_eq!(exit["exitCode"], 0, "{:?}\n{}", ev.seen, c.log());
     assert_eq!(
         ev.text("stdout", "py"),
-        "http://127.0.0.1:3128\n200 hello-from-host\n403 \ndirect-refused\n",
+        "http://127.0.0.1:3128\n200 hello-from-host\n403 \n403 \ndirect-refused\n",
         "{:?}",
         ev.seen
     );
@@ -612,6 +638,61 @@ except OSError:
     p.call("spawn", json!({"id": "open", "name": "s", "command": "python3", "args": ["-c", format!("import socket; print(socket.create_connection(('127.0.0.1', {port})).recv(100).decode())")]}));
     ev.exit_of("open");
     assert_eq!(ev.text("stdout", "open"), "hello-from-host\n");
+}
+
+#[test]
+fn a_listed_name_that_resolves_to_loopback_or_an_unlisted_port_is_refused_by_the_proxy() {
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        println!("skipped: needs /usr/bin/python3 inside the sandbox");
+        return;
+    }
+    let port = greeting_host();
+    let c = Cowork::start();
+    let mut p = c.boot("dns");
+    let mut ev = c.events("dns");
+    // localhost is listed with the right port, but it is a name that
+    // resolves to loopback; 127.0.0.1 is listed, but for 443 and 80 only.
+    let script = proxy_script(&[("localhost", port), ("127.0.0.1", port)], port);
+    let allowed = json!([format!("localhost:{port}"), "127.0.0.1"]);
+    let r = p.call("spawn", json!({"id": "py", "name": "s", "command": "python3", "args": ["-c", script], "allowedDomains": allowed}));
+    assert_eq!(r["success"], true, "{r}\n{}", c.log());
+    assert_eq!(ev.exit_of("py")["exitCode"], 0, "{:?}", ev.seen);
+    assert_eq!(
+        ev.text("stdout", "py"),
+        "http://127.0.0.1:3128\n403 \n403 \ndirect-refused\n",
+        "{:?}",
+        ev.seen
+    );
+}
+
+#[test]
+fn an_allowlist_of_a_public_suffix_is_refused_at_spawn_with_an_error_event_and_an_exit() {
+    let c = Cowork::start();
+    let mut p = c.boot("psl");
+    let mut ev = c.events("psl");
+    for (id, entry) in [
+        ("tld", "com"),
+        ("wild", "*.co.uk"),
+        ("pages", "*.github.io"),
+    ] {
+        let r = p.call("spawn", json!({"id": id, "name": "s", "command": "true", "allowedDomains": ["api.anthropic.com", entry]}));
+        assert_eq!(r["success"], true, "{r}");
+        let err = ev.until("error", |v| v["type"] == "error" && v["id"] == id);
+        let msg = err["message"].as_str().unwrap();
+        assert!(
+            msg.contains("public suffix") && msg.contains(entry),
+            "{err}"
+        );
+        assert_eq!(ev.exit_of(id)["exitCode"], 127);
+        assert_eq!(
+            p.call("isProcessRunning", json!({"id": id}))["result"],
+            json!({"running": false, "exitCode": 127})
+        );
+    }
+    // A name under a public suffix is fine.
+    let r = p.call("spawn", json!({"id": "ok", "name": "s", "command": "true", "allowedDomains": ["*.anthropic.com", "me.github.io"]}));
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(ev.exit_of("ok")["exitCode"], 0, "{:?}", ev.seen);
 }
 
 #[test]
