@@ -18,8 +18,8 @@
 //! under the user's home, no `..`, then opened beneath the home directory
 //! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside. A source
 //! that does not exist is an error: nothing is ever created in the user's
-//! folders. Mount targets, in the server's own (0700) dirs, are made 0700
-//! and opened by [`dir_beneath`] without following any symlink, because
+//! folders. Mount targets, in the sandboxes' (0700) dirs, are made 0700,
+//! the sandbox's, and opened by [`dir_beneath`] without following any symlink, because
 //! sandboxed processes can write the directories they are in. This module
 //! never mounts by a path string the client chose.
 
@@ -242,7 +242,8 @@ pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
     )
 }
 
-/// Opens (creating as needed, 0700) the directory `base/names…` without
+/// Opens (creating as needed, 0700 and the sandbox's: `base` is always one
+/// of the dirs sandboxes see) the directory `base/names…` without
 /// following any symlink on the way; each name is checked.
 pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
     for n in names {
@@ -298,10 +299,12 @@ fn walk(
     for n in names {
         here.push(n);
         let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName(n.clone()))?;
+        let mut made = false;
         if create {
             // SAFETY: `cur` is a valid directory fd and `c` a valid C
             // string; mkdirat never follows a symlink in its last component.
             let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o700) };
+            made = rc == 0;
             if rc != 0 {
                 let e = io::Error::last_os_error();
                 if e.raw_os_error() != Some(libc::EEXIST) {
@@ -310,6 +313,9 @@ fn walk(
             }
         }
         cur = open_at(&cur, n, resolve).map_err(os("opening", &here))?;
+        if made {
+            super::private::give_to_sandbox(cur.as_raw_fd()).map_err(os("chown", &here))?;
+        }
     }
     Ok(cur)
 }

@@ -10,15 +10,24 @@
 //! `O_NOFOLLOW | O_APPEND`, created 0600, tightened the same way, and
 //! refused unless they are regular files of ours.
 //!
+//! The directories a sandbox uses (the sessions dir, the home mirror and
+//! what the server makes beneath them) belong to the sandbox's outside
+//! ids ([`sandbox_owner`]): ours when the server runs as a user, the
+//! subordinate id root inside a sandbox has when it runs as root (a 0700
+//! dir of the host's root would be closed to it). [`sandbox_dir`] hands
+//! such a dir of ours over to those ids; one owned by anyone else is still
+//! refused.
+//!
 //! Ancestors above the first directory a caller names (`$XDG_DATA_HOME`,
 //! `$HOME`) are the user's business: missing ones are created with the
 //! default mode, existing ones are left alone.
 
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Why a private directory or log cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -84,8 +93,50 @@ pub fn dirs(top: &Path, path: &Path) -> Result<(), PrivateError> {
     Ok(())
 }
 
-/// Makes exactly `path` a private directory (its parent must exist).
+/// The host uid and gid of root inside a sandbox this server starts (as a
+/// user, ours; as root, the subordinate ids, read once: every spawn asks).
+pub fn sandbox_owner() -> (u32, u32) {
+    static OWNER: OnceLock<(u32, u32)> = OnceLock::new();
+    *OWNER.get_or_init(|| {
+        let ids = crate::sandbox::namespace::IdMap::for_this_process();
+        (ids.uid, ids.gid)
+    })
+}
+
+/// Gives the directory open as `fd` (one the server just made beneath a
+/// sandbox's dirs) to [`sandbox_owner`], when that is not us.
+pub fn give_to_sandbox(fd: RawFd) -> io::Result<()> {
+    let (uid, gid) = sandbox_owner();
+    if uid == boxdesk_platform::euid() {
+        return Ok(());
+    }
+    chown_unless_unmapped(&format!("/proc/self/fd/{fd}"), uid, gid)
+}
+
+/// chown; ids that do not exist in this user namespace (root of a user
+/// namespace that maps no subordinate ids, where no sandbox could use
+/// them either) leave the owner as it is.
+fn chown_unless_unmapped(path: &str, uid: u32, gid: u32) -> io::Result<()> {
+    match std::os::unix::fs::chown(path, Some(uid), Some(gid)) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        other => other,
+    }
+}
+
+/// Makes exactly `path` a private directory of ours (its parent must
+/// exist).
 pub fn dir(path: &Path) -> Result<(), PrivateError> {
+    ensure(path, false)
+}
+
+/// Makes exactly `path` a private directory of the sandbox's
+/// ([`sandbox_owner`]): created 0700, one of ours handed over, one of the
+/// sandbox's tightened, anyone else's refused.
+pub fn sandbox_dir(path: &Path) -> Result<(), PrivateError> {
+    ensure(path, true)
+}
+
+fn ensure(path: &Path, for_sandbox: bool) -> Result<(), PrivateError> {
     match DirBuilder::new().mode(0o700).create(path) {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
             return Err(io_err("create", path)(e));
@@ -106,12 +157,18 @@ pub fn dir(path: &Path) -> Result<(), PrivateError> {
             _ => io_err("open", path)(e),
         })?;
     let meta = fd.metadata().map_err(io_err("inspect", path))?;
-    ours(path, &meta)?;
+    let sandbox = for_sandbox.then(sandbox_owner);
+    if sandbox.is_none_or(|(uid, _)| meta.uid() != uid) {
+        ours(path, &meta)?;
+    }
+    // An O_PATH descriptor can be neither fchmod'ed nor fchown'ed; its
+    // magic link names exactly the inode just checked.
+    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    if let Some((uid, gid)) = sandbox.filter(|&(uid, gid)| (meta.uid(), meta.gid()) != (uid, gid)) {
+        chown_unless_unmapped(&magic, uid, gid).map_err(io_err("chown", path))?;
+    }
     if meta.mode() & 0o7777 != 0o700 {
-        // An O_PATH descriptor cannot be fchmod'ed; its magic link names
-        // exactly the inode just checked.
-        let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        std::fs::set_permissions(magic, Permissions::from_mode(0o700))
+        std::fs::set_permissions(&magic, Permissions::from_mode(0o700))
             .map_err(io_err("chmod", path))?;
         tracing::info!(
             "tightened {} from mode {:04o} to 0700",
@@ -232,6 +289,25 @@ mod tests {
             open_log(&fifo),
             Err(PrivateError::WrongType { .. })
         ));
+    }
+
+    #[test]
+    fn a_sandbox_dir_of_ours_is_handed_to_the_sandboxs_ids_and_anyone_elses_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let (uid, gid) = sandbox_owner();
+        let d = t.path().join("sessions");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, Permissions::from_mode(0o755)).unwrap();
+        sandbox_dir(&d).unwrap();
+        let meta = std::fs::metadata(&d).unwrap();
+        assert_eq!((meta.uid(), meta.gid(), mode(&d)), (uid, gid, 0o700));
+        sandbox_dir(&d).unwrap();
+        if boxdesk_platform::euid() != 0 {
+            return println!("skipped: the rest makes a dir another uid owns, which needs root");
+        }
+        assert_ne!(uid, 0, "a root-started sandbox is never root outside");
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        assert!(matches!(sandbox_dir(&d), Err(PrivateError::NotOurs { .. })));
     }
 
     #[test]

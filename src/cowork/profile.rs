@@ -6,7 +6,8 @@
 //! `isRunning`, `isGuestConnected`) and the events that go with it. A
 //! profile's files live under `<data>/boxdesk/cowork/<dir_name>/`; every
 //! directory from `<data>/boxdesk` down, and from the runtime dir's
-//! `cowork/` down, is private (0700) and every log 0600 ([`private`]).
+//! `cowork/` down, is private (0700, the sandbox's own where it uses them)
+//! and every log 0600 ([`private`]).
 
 use crate::sync::lock;
 use std::collections::HashMap;
@@ -234,14 +235,18 @@ impl Profile {
     fn prepare(&self) -> Result<(), String> {
         let l = &self.layout;
         let [data, runtime] = &self.tops;
-        for (top, d) in [
-            (data, &l.sessions),
-            (data, &l.home_mirror),
-            (data, &l.state),
-            (runtime, &l.staged_sessions()),
-            (runtime, &l.staged_home()),
+        let shown = |e: private::PrivateError| e.to_string();
+        private::dirs(data, &l.state).map_err(shown)?;
+        private::dirs(runtime, &l.runtime).map_err(shown)?;
+        // What the sandboxes see (the staged views once bound show the
+        // same dirs) is theirs.
+        for d in [
+            &l.sessions,
+            &l.home_mirror,
+            &l.staged_sessions(),
+            &l.staged_home(),
         ] {
-            private::dirs(top, d).map_err(|e| e.to_string())?;
+            private::sandbox_dir(d).map_err(shown)?;
         }
         if !self.shared_ready.load(Ordering::SeqCst) {
             let shared = mounts::make_shared(&l.sessions, &l.staged_sessions())

@@ -362,8 +362,9 @@ impl SessionsDir {
         Err(SessionError::InvalidName(why))
     }
 
-    /// Creates `<root>/<name>` with mode 0700 (and the root if missing) and returns its path.
-    /// An existing real dir is fine; an existing symlink or non-dir is an error, never followed.
+    /// Creates `<root>/<name>` with mode 0700 (and the root if missing), owned by the sandbox's
+    /// ids ([`super::private::sandbox_owner`]), and returns its path. An existing real dir is
+    /// fine; an existing symlink or non-dir is an error, never followed.
     pub fn create(&self, name: &str) -> Result<PathBuf, SessionError> {
         Self::validate_name(name)?;
         self.ensure()?;
@@ -385,6 +386,9 @@ impl SessionsDir {
             // The umask may have taken bits off.
             chmod_fd(fd.as_raw_fd(), 0o700).map_err(|e| io_err("chmod", &path, e))?;
         }
+        // Its processes work in it: it is the sandbox's (also when an
+        // older version left it to the server's root).
+        super::private::give_to_sandbox(fd.as_raw_fd()).map_err(|e| io_err("chown", &path, e))?;
         Ok(path)
     }
 
