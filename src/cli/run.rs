@@ -10,10 +10,9 @@
 //! leave a foreground sandbox running when it returns.
 
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -216,7 +215,8 @@ impl Helper {
         let mut log_start = None;
         let write_raw = write.as_raw_fd();
         if req.detach {
-            let log = open_log(&paths.log)?;
+            let log = boxdesk::sandbox::log::open(&paths.log)
+                .with_context(|| format!("opening {}", paths.log.display()))?;
             log_start = Some(log.metadata().map_or(0, |m| m.len()));
             cmd.stdout(log.try_clone()?).stderr(log);
             // SAFETY: the hook only calls async-signal-safe functions
@@ -331,16 +331,6 @@ impl Drop for Helper {
             let _ = self.child.wait();
         }
     }
-}
-
-fn open_log(path: &std::path::Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))
 }
 
 /// What was appended to the log since `start`, at most its last 4 KiB,

@@ -348,6 +348,7 @@ const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 #[repr(C)]
 struct MountAttr {
@@ -401,6 +402,26 @@ pub fn attach(
     }
     // SAFETY: open_tree returned a fresh descriptor nobody else owns.
     let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    if let Some(userns) = root_idmap() {
+        // A root-started server's sandboxes are root of their own user
+        // namespace, a subordinate id outside: through this mount, files
+        // the host's root owns are theirs, and what they create lands as
+        // root's, as if root had written it. A file system that cannot be
+        // id-mapped is attached plainly (the sandbox then only reads what
+        // others may read).
+        let idmap = MountAttr {
+            attr_set: MOUNT_ATTR_IDMAP,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: userns.as_raw_fd() as u64,
+        };
+        if let Err(e) = setattr(&tree, &idmap) {
+            tracing::warn!(
+                "{}: cannot id-map the mount for a root-started sandbox ({e}); attached as it is",
+                super::logged(shown.display())
+            );
+        }
+    }
     if read_only {
         let attr = MountAttr {
             attr_set: MOUNT_ATTR_RDONLY,
@@ -408,20 +429,7 @@ pub fn attach(
             propagation: 0,
             userns_fd: 0,
         };
-        // SAFETY: `attr` is a valid mount_attr of the size passed.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                tree.as_raw_fd(),
-                empty.as_ptr(),
-                (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            )
-        };
-        if rc != 0 {
-            return Err(os("making read-only", shown)(io::Error::last_os_error()));
-        }
+        setattr(&tree, &attr).map_err(os("making read-only", shown))?;
     }
     // SAFETY: moves the detached tree onto the target directory; both are
     // valid descriptors and the paths are empty.
@@ -439,6 +447,98 @@ pub fn attach(
         return Err(os("mounting on", shown)(io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// `mount_setattr` on the whole detached tree `tree`.
+fn setattr(tree: &OwnedFd, attr: &MountAttr) -> io::Result<()> {
+    // SAFETY: `attr` is a valid mount_attr of the size passed; the path is
+    // empty and `tree` a valid descriptor.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// When this server runs as root: a user namespace mapping 0 to the
+/// sandboxes' subordinate ids, the id map of [`attach`]'s mounts. Made
+/// once; `None` as a user (the sandboxes then are the user) or where user
+/// namespaces cannot be made.
+fn root_idmap() -> Option<&'static OwnedFd> {
+    static USERNS: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    USERNS
+        .get_or_init(|| {
+            if boxdesk_platform::euid() != 0 {
+                return None;
+            }
+            let (uid, gid) = super::private::sandbox_owner();
+            match userns_mapping_root_to(uid, gid) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!("no id-mapped mounts for sandboxes: {e}");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// A user namespace whose 0 is `uid`/`gid` outside: a child made only to
+/// hold it unshares it; we write its maps and keep a descriptor of it.
+fn userns_mapping_root_to(uid: u32, gid: u32) -> io::Result<OwnedFd> {
+    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (hold_r, hold_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (rw, hr, hw) = (ready_w.as_raw_fd(), hold_r.as_raw_fd(), hold_w.as_raw_fd());
+    // SAFETY: the child makes only async-signal-safe system calls (unshare,
+    // write, read, _exit) on descriptors it inherited, so forking from
+    // this multi-threaded process is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above; the child never returns.
+        unsafe {
+            // Its copy of the write end would keep the read below from
+            // ever seeing end-of-file.
+            libc::close(hw);
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                libc::_exit(1);
+            }
+            libc::write(rw, b"u".as_ptr().cast(), 1);
+            let mut b = 0u8;
+            // Blocks until the parent closes its end.
+            libc::read(hr, (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop(ready_w);
+    drop(hold_r);
+    let outcome = (|| {
+        let mut b = [0u8; 1];
+        if nix::unistd::read(ready_r.as_raw_fd(), &mut b)? != 1 {
+            return Err(io::Error::other("the namespace holder could not unshare"));
+        }
+        std::fs::write(format!("/proc/{pid}/uid_map"), format!("0 {uid} 1"))?;
+        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), format!("0 {gid} 1"))?;
+        Ok(OwnedFd::from(std::fs::File::open(format!(
+            "/proc/{pid}/ns/user"
+        ))?))
+    })();
+    drop(hold_w);
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    outcome
 }
 
 /// Lazily unmounts whatever is mounted at `path` (errors ignored: nothing

@@ -22,7 +22,7 @@
 //! `$HOME`) are the user's business: missing ones are created with the
 //! default mode, existing ones are left alone.
 
-use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::fs::{DirBuilder, OpenOptions, Permissions};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -179,40 +179,6 @@ fn ensure(path: &Path, for_sandbox: bool) -> Result<(), PrivateError> {
     Ok(())
 }
 
-/// Opens the log `path` for appending: created 0600, never through a
-/// symlink, tightened to 0600 when ours, refused when another uid owns
-/// it or it is not a regular file. Its directory should be private.
-pub fn open_log(path: &Path) -> Result<File, PrivateError> {
-    // O_NONBLOCK: a FIFO in its place fails (ENXIO) instead of blocking
-    // until a reader comes; it changes nothing for a regular file.
-    let file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP | libc::ENXIO | libc::EISDIR) => PrivateError::WrongType {
-                path: path.to_owned(),
-                wanted: "regular file",
-            },
-            _ => io_err("open", path)(e),
-        })?;
-    let meta = file.metadata().map_err(io_err("inspect", path))?;
-    ours(path, &meta)?;
-    if !meta.is_file() {
-        return Err(PrivateError::WrongType {
-            path: path.to_owned(),
-            wanted: "regular file",
-        });
-    }
-    if meta.mode() & 0o7777 != 0o600 {
-        file.set_permissions(Permissions::from_mode(0o600))
-            .map_err(io_err("chmod", path))?;
-    }
-    Ok(file)
-}
-
 fn ours(path: &Path, meta: &std::fs::Metadata) -> Result<(), PrivateError> {
     let euid = boxdesk_platform::euid();
     if meta.uid() != euid {
@@ -264,34 +230,6 @@ mod tests {
     }
 
     #[test]
-    fn a_log_is_created_0600_tightened_and_never_opened_through_a_symlink() {
-        let t = tempfile::tempdir().unwrap();
-        let log = t.path().join("a.log");
-        drop(open_log(&log).unwrap());
-        assert_eq!(mode(&log), 0o600);
-        std::fs::set_permissions(&log, Permissions::from_mode(0o644)).unwrap();
-        use std::io::Write;
-        open_log(&log).unwrap().write_all(b"x").unwrap();
-        assert_eq!(mode(&log), 0o600);
-        let target = t.path().join("target");
-        std::os::unix::fs::symlink(&target, t.path().join("b.log")).unwrap();
-        let e = open_log(&t.path().join("b.log")).unwrap_err();
-        assert!(matches!(e, PrivateError::WrongType { .. }), "{e}");
-        assert!(!target.exists(), "the symlink was followed");
-    }
-
-    #[test]
-    fn a_fifo_in_a_logs_place_is_refused_without_blocking() {
-        let t = tempfile::tempdir().unwrap();
-        let fifo = t.path().join("f.log");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        assert!(matches!(
-            open_log(&fifo),
-            Err(PrivateError::WrongType { .. })
-        ));
-    }
-
-    #[test]
     fn a_sandbox_dir_of_ours_is_handed_to_the_sandboxs_ids_and_anyone_elses_refused() {
         let t = tempfile::tempdir().unwrap();
         let (uid, gid) = sandbox_owner();
@@ -324,7 +262,8 @@ mod tests {
             std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
         }
         assert!(matches!(dir(&d), Err(PrivateError::NotOurs { .. })));
-        assert!(matches!(open_log(&log), Err(PrivateError::NotOurs { .. })));
+        let e = crate::sandbox::log::open(&log).unwrap_err();
+        assert!(e.to_string().contains("refusing"), "{e}");
         assert_eq!(mode(&d), 0o755);
     }
 }

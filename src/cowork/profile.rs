@@ -265,9 +265,9 @@ impl Profile {
     /// Makes the log of sandbox `tag` (which `sandbox.rs` then opens by
     /// name, appending) a private regular file: created 0600 or tightened,
     /// never through a symlink.
-    fn private_log(&self, tag: &str) -> Result<(), private::PrivateError> {
+    fn private_log(&self, tag: &str) -> std::io::Result<()> {
         let log = self.layout.state.join(format!("sandbox-{tag}.log"));
-        private::open_log(&log).map(drop)
+        crate::sandbox::log::open(&log).map(drop)
     }
 
     /// Whether folders can be attached to this profile's sandboxes.

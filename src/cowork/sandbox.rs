@@ -177,8 +177,16 @@ impl Sandbox {
             }
         };
         if let Net::Filtered(allow) = net {
-            let agent_pid = first.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
-            match listen_in_netns(agent_pid as u32) {
+            // The agent is bwrap's one child, PID 1 of the sandbox (its
+            // socket's peer is this process, which bound it).
+            let agent_pid = std::fs::read_to_string(format!(
+                "/proc/{pid}/task/{pid}/children",
+                pid = sb.bwrap_pid
+            ))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+            match listen_in_netns(agent_pid) {
                 Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
                 Err(e) => {
                     sb.kill().await;
@@ -325,15 +333,14 @@ impl Drop for Sandbox {
 }
 
 fn spec(layout: &Layout, net: &Net, run_dir: &Path, staged: bool) -> Result<Spec, SandboxError> {
-    let mk = |p: &Path| {
-        std::fs::create_dir_all(p).map_err(|source| NamespaceError::State {
-            path: p.to_owned(),
-            source,
-        })
+    let state = |p: &Path, e: super::private::PrivateError| NamespaceError::State {
+        path: p.to_owned(),
+        source: std::io::Error::other(e.to_string()),
     };
-    mk(run_dir)?;
-    mk(&layout.sessions)?;
-    mk(&layout.home_mirror)?;
+    super::private::dir(run_dir).map_err(|e| state(run_dir, e))?;
+    for d in [&layout.sessions, &layout.home_mirror] {
+        super::private::sandbox_dir(d).map_err(|e| state(d, e))?;
+    }
     let mut spec = Spec::new("cowork")?;
     spec.net = matches!(net, Net::Host);
     spec.binds = vec![

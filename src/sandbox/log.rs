@@ -20,15 +20,43 @@ use std::path::{Path, PathBuf};
 /// Bytes of sandbox output a log holds before it is rotated.
 pub const LOG_CAP: u64 = 8 << 20;
 
-/// Opens (creating `0600`) the log at `path` for appending, never through a
-/// symlink.
+/// Opens the log at `path` for appending: created `0600`; never through a
+/// symlink; an existing one must be a regular file of ours and is
+/// tightened to `0600` (older versions made some `0644`); a FIFO or other
+/// special file in its place is refused at once instead of blocking.
 pub fn open(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    let file = OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENXIO | libc::EISDIR) => io::Error::other(format!(
+                "{} is not a regular file (a symlink or something else is in its place)",
+                path.display()
+            )),
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    let euid = boxdesk_platform::euid();
+    if meta.uid() != euid || !meta.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file of uid {euid}: refusing to write to it",
+            path.display()
+        )));
+    }
+    if meta.mode() & 0o7777 != 0o600 {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    // Appends are short; blocking mode for them.
+    // SAFETY: fcntl on a descriptor we own, flags only.
+    unsafe {
+        let fl = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    }
+    Ok(file)
 }
 
 /// The rotated log beside `path`: `<path>.1`.
@@ -129,6 +157,23 @@ pub fn tail(path: &Path) -> String {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn an_existing_open_log_is_tightened_and_a_fifo_in_its_place_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.log");
+        std::fs::write(&p, b"old\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        open(&p).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let fifo = d.path().join("fifo.log");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = open(&fifo).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
 
     #[test]
     fn a_log_is_private_and_never_opened_through_a_symlink() {
