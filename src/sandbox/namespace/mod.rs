@@ -60,12 +60,9 @@ pub enum NamespaceError {
     /// bubblewrap is not installed.
     #[error("the namespace backend needs bubblewrap: bwrap is not on PATH (apt-get install bubblewrap; `boxdesk doctor` checks)")]
     NoBwrap,
-    /// This architecture has no seccomp filter.
-    #[error("the namespace backend supports x86_64 and aarch64 hosts, not {0}")]
-    UnsupportedArch(&'static str),
-    /// The seccomp filter could not be built.
-    #[error("cannot build the seccomp filter: {0}")]
-    Seccomp(String),
+    /// The seccomp programs cannot be built (or not for this architecture).
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
     /// The state dir could not be made.
     #[error("cannot prepare the sandbox state dir {}", path.display())]
     State {
@@ -425,9 +422,7 @@ pub fn spawn(
 
 /// The seccomp programs of this host's architecture, as bytes.
 fn seccomp_programs() -> Result<Vec<Vec<u8>>, NamespaceError> {
-    let arch =
-        seccomp::Arch::host().ok_or(NamespaceError::UnsupportedArch(std::env::consts::ARCH))?;
-    Ok(vec![seccomp::to_bytes(&seccomp::build(arch))])
+    Ok(seccomp::programs()?)
 }
 
 #[cfg(test)]
