@@ -114,6 +114,8 @@ enum When {
     Always,
     /// Argument `.0` has any bit of `.1` set.
     AnyBit(u8, u32),
+    /// Argument `.0` is one of `.1`.
+    OneOf(u8, &'static [u32]),
     /// Argument `.0`, masked with `.1`, is one of `.2`.
     Masked(u8, u32, &'static [u32]),
     /// Argument `.0` is none of `.1`.
@@ -241,13 +243,10 @@ const COMMON: &[Deny] = &[
     // Personality, device nodes, terminal input, sockets.
     deny!(SYS_personality, When::NoneOf(0, PERSONALITIES)),
     deny!(SYS_mknodat, When::Masked(2, libc::S_IFMT, DEVICE_NODES)),
-    deny!(
-        SYS_ioctl,
-        When::Masked(1, u32::MAX, &[libc::TIOCSTI as u32])
-    ),
+    deny!(SYS_ioctl, When::OneOf(1, &[libc::TIOCSTI as u32])),
     deny!(
         SYS_socket,
-        When::Masked(0, u32::MAX, &[libc::AF_VSOCK as u32, libc::AF_ALG as u32])
+        When::OneOf(0, &[libc::AF_VSOCK as u32, libc::AF_ALG as u32])
     ),
 ];
 
@@ -263,7 +262,7 @@ const ARCH_ONLY: &[Deny] = &[
     deny!(SYS_ustat),
 ];
 /// Refused calls that only aarch64 has: none.
-#[cfg(target_arch = "aarch64")]
+#[cfg(not(target_arch = "x86_64"))]
 const ARCH_ONLY: &[Deny] = &[];
 
 /// The architecture seccompiler compiles for: the host's.
@@ -337,6 +336,10 @@ fn rules_for(when: When) -> Result<Vec<SeccompRule>, seccompiler::BackendError> 
             .filter(|bit| mask & bit != 0)
             .map(|bit| SeccompRule::new(vec![cond(arg, SeccompCmpOp::MaskedEq(bit.into()), bit)?]))
             .collect::<Result<_, _>>()?,
+        When::OneOf(arg, values) => values
+            .iter()
+            .map(|&v| SeccompRule::new(vec![cond(arg, SeccompCmpOp::Eq, v)?]))
+            .collect::<Result<_, _>>()?,
         When::Masked(arg, mask, values) => values
             .iter()
             .map(|&v| SeccompRule::new(vec![cond(arg, SeccompCmpOp::MaskedEq(mask.into()), v)?]))
@@ -355,13 +358,13 @@ fn rules_for(when: When) -> Result<Vec<SeccompRule>, seccompiler::BackendError> 
 /// Another architecture's calls are left to the deny program, which kills
 /// them (the strictest answer of all installed filters wins).
 fn x32_program(errno: u32) -> BpfProgram {
+    use libc::{BPF_ABS, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let insn = |code: u32, jt, jf, k| sock_filter {
         code: code as u16,
         jt,
         jf,
         k,
     };
-    use libc::{BPF_ABS, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     vec![
         // offsetof(struct seccomp_data, nr)
         insn(BPF_LD | BPF_W | BPF_ABS, 0, 0, 0),
@@ -386,6 +389,7 @@ fn to_bytes(prog: &[sock_filter]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::io::Read;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -445,8 +449,8 @@ mod tests {
         use Want::*;
         let at = AT_FDCWD as c_long;
         let mut v = vec![
-            // Namespaces and mounts: with CLONE_THREAD but no CLONE_SIGHAND
-            // (clone) or CLONE_VFORK (unshare) the kernel says EINVAL.
+            // Namespaces and mounts (each namespace flag: below); clone
+            // and unshare without one reach the kernel.
             p("setns", SYS_setns, [-1, 0, 0, 0, 0, 0], Denied),
             p("mount", SYS_mount, [0, 0, 0, 0, 0, 0], Denied),
             p("umount2", SYS_umount2, [0, 0, 0, 0, 0, 0], Denied),
@@ -706,6 +710,8 @@ mod tests {
             p("clone3", SYS_clone3, [0, 0, 0, 0, 0, 0], Enosys),
             p("getpid", SYS_getpid, [0; 6], Succeeds),
         ];
+        // With CLONE_THREAD but not CLONE_SIGHAND (clone), or CLONE_VFORK
+        // (unshare), the kernel would answer EINVAL: nothing is created.
         for flag in NS_FLAGS {
             let f = flag as c_long;
             let thread = CLONE_THREAD as c_long;
@@ -825,7 +831,6 @@ mod tests {
             .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
             .collect())
     }
-    use std::fs::File;
 
     /// Runs every probe under `programs`; each result is the call's return
     /// value or `-errno`.

@@ -2,6 +2,8 @@
 //! the network, new namespaces (seccomp), the read-only host system, its
 //! own state dir, and nothing left running after stop.
 
+mod seccomp;
+
 use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
