@@ -177,7 +177,7 @@ const PERSONALITIES: &[u32] = &[0x0, 0x8, 0x2_0000, 0x2_0008, 0xffff_ffff];
 /// The file types of device nodes.
 const DEVICE_NODES: &[u32] = &[libc::S_IFBLK, libc::S_IFCHR];
 /// `__X32_SYSCALL_BIT`.
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 /// Every refused call of every architecture (see the module doc).
 const COMMON: &[Deny] = &[
