@@ -2,8 +2,6 @@
 //! the network, new namespaces (seccomp), the read-only host system, its
 //! own state dir, and nothing left running after stop.
 
-mod seccomp;
-
 use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
@@ -11,6 +9,7 @@ use std::path::Path;
 use crate::support::{self, TestEnv};
 
 mod hardening;
+mod seccomp;
 
 #[test]
 fn the_sandbox_cannot_see_the_hosts_home_or_root() {
