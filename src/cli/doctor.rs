@@ -87,7 +87,42 @@ fn trial_sandbox() -> Probe {
             hint: None,
         };
     };
-    let out = Command::new(bwrap)
+    // As a real sandbox is made: by its outside ids, in a user namespace
+    // of its own, with no capability.
+    let ids = boxdesk::sandbox::namespace::IdMap::for_this_process();
+    let drop_to = ids.drop_from_root.then_some((ids.uid, ids.gid));
+    let mut setup = match boxdesk::sandbox::namespace::child::ChildSetup::new(
+        Vec::new(),
+        &[],
+        drop_to,
+        Vec::new(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            return Probe::Missing {
+                why: format!("cannot prepare the trial: {e}"),
+                hint: None,
+            }
+        }
+    };
+    let mut cmd = Command::new(bwrap);
+    // SAFETY: `ChildSetup::run` is made for a pre_exec hook: system calls
+    // only, on memory prepared above.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || setup.run());
+    }
+    let out = cmd
+        .current_dir("/")
+        .args([
+            "--unshare-user",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--cap-drop",
+            "ALL",
+        ])
         .args([
             "--unshare-pid",
             "--unshare-net",
@@ -109,7 +144,11 @@ fn trial_sandbox() -> Probe {
         .output();
     match out {
         Ok(o) if o.status.success() => Probe::Available {
-            detail: "bwrap started `true` in new pid, net, ipc and uts namespaces".into(),
+            detail: format!(
+                "bwrap started `true` in new user, pid, net, ipc and uts namespaces, with no \
+                 capability, root inside being uid {} outside",
+                ids.uid
+            ),
         },
         Ok(o) => Probe::Missing {
             why: format!(

@@ -1,5 +1,7 @@
-//! Whether this user may create user namespaces, which the namespace
-//! backend (bwrap) needs when not running as root.
+//! Whether unprivileged user namespaces can be made, which the namespace
+//! backend needs whoever runs it: every sandbox has one, and a root-started
+//! one is made by bwrap running as the sandbox's unprivileged subordinate
+//! id.
 //!
 //! Must never write a sysctl: it reads `/proc/sys` and says which knob
 //! is in the way.
@@ -8,8 +10,8 @@ use super::Probe;
 
 /// Whether unprivileged user namespaces are usable, from
 /// `user.max_user_namespaces`, `kernel.unprivileged_userns_clone` (Debian)
-/// and `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu). Root needs
-/// none: bwrap runs as root without a user namespace.
+/// and `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu), for any
+/// user root included (root's sandboxes are made by an unprivileged id).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn user_namespaces() -> Probe {
     linux::userns_in(std::path::Path::new("/proc/sys"), crate::euid())
@@ -40,14 +42,6 @@ mod linux {
             Ok(max) => max,
             Err(why) => return Probe::missing(why, None),
         };
-        if euid == 0 {
-            let max = max.map_or("absent".to_owned(), |n| n.to_string());
-            return Probe::Available {
-                detail: format!(
-                    "running as root; bwrap needs no user namespace (user.max_user_namespaces = {max})"
-                ),
-            };
-        }
         match max {
             None => {
                 return Probe::missing(
@@ -88,8 +82,13 @@ mod linux {
         }
         Probe::Available {
             detail: format!(
-                "unprivileged user namespaces allowed (user.max_user_namespaces = {})",
-                max.unwrap_or_default()
+                "unprivileged user namespaces allowed (user.max_user_namespaces = {}){}",
+                max.unwrap_or_default(),
+                if euid == 0 {
+                    "; as root, sandboxes are made by their unprivileged subordinate id"
+                } else {
+                    ""
+                }
             ),
         }
     }
@@ -150,8 +149,10 @@ mod linux {
         }
 
         #[test]
-        fn root_is_fine_whatever_the_knobs_say() {
-            let (_d, root) = proc_sys(&[(MAX, "0"), (CLONE, "0"), (APPARMOR, "1")]);
+        fn root_needs_unprivileged_user_namespaces_too() {
+            let (_d, root) = proc_sys(&[(MAX, "63704"), (CLONE, "0")]);
+            assert!(why(userns_in(&root, 0)).contains("unprivileged_userns_clone = 0"));
+            let (_d, root) = proc_sys(&[(MAX, "63704")]);
             assert!(userns_in(&root, 0).is_available());
         }
 
