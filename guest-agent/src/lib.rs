@@ -14,9 +14,11 @@
 //! own children through a SIGCHLD driver and would race that reaper for
 //! statuses. So the agent uses plain blocking threads:
 //!
-//! * the main thread accepts connections and reads each one's session
-//!   header (`gate`, which also caps them) ([`run`]);
-//! * one reaper thread (`reaper`) is the only caller of `waitid(P_ALL)`;
+//! * the main thread accepts connections, caps them and reads their
+//!   session headers (`gate`; [`run`]), so a connection gets a thread of
+//!   its own only once its header is in (or an idle one finishes it);
+//! * one reaper thread (`reaper`) is the only caller of `waitid(P_ALL)`
+//!   that reaps (`sweep` only peeks whether any child is left);
 //!   children are spawned while its registry lock is held, so an exit is
 //!   never seen before the pid is registered (an exec may also reap its
 //!   own registered child by pid, under the same lock, when its pidfd
