@@ -6,7 +6,8 @@
 //! (overhead ≤ 300 µs at p50, throughput ≥ 1 GB/s).
 //!
 //! Run with `cargo bench -p boxdesk-guest-agent`; `AGENT_BENCH=latency` or
-//! `AGENT_BENCH=throughput` runs one half only.
+//! `AGENT_BENCH=throughput` runs one half only, and `AGENT_BENCH_BIN=PATH`
+//! measures another build of the agent (an older one, to compare).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -30,7 +31,9 @@ impl Agent {
         let sock = dir.path().join("agent.sock");
         let results = dir.path().join("results");
         std::fs::create_dir(&results).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_boxdesk-guest-agent"))
+        let bin = std::env::var_os("AGENT_BENCH_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_boxdesk-guest-agent").into());
+        let child = Command::new(bin)
             .arg("--listen")
             .arg(format!("unix:{}", sock.display()))
             .arg("--root")

@@ -1,26 +1,25 @@
-//! The agent as a whole: startup (init duties or subreaper, root, reaper,
-//! listener), the accept loop handing each connection to a session thread
-//! (`workers`), and what a
+//! The agent as a whole: startup (non-dumpable, limits, init duties or
+//! subreaper, root, reaper, listener), the accept loop (`gate`, which hands
+//! each connection to a session thread through `workers`), and what a
 //! Shutdown frame does in each [`Mode`].
 //!
 //! Owns the state every session shares ([`Agent`]). It must never let a
 //! session's failure stop the accept loop, never kill anything outside its
-//! own children's process groups unless it is a VM's init, and never exit
-//! as a VM's init.
+//! execs' sessions unless it is a VM's init, and never exit as a VM's
+//! init.
 
-use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use nix::sys::signal::{signal, SigHandler, Signal};
 
 use crate::beneath::{Beneath, PathError};
 use crate::fdio;
+use crate::gate::{Gate, GateError};
+use crate::limits::LimitsError;
 use crate::listen::{ListenError, Listener};
 use crate::reaper::{ReaperError, Registry};
-use crate::workers::Workers;
 use crate::Config;
 
 /// Name prefix of session threads (the panic hook tells them apart).
@@ -38,9 +37,15 @@ pub enum AgentError {
     /// The listening socket could not be set up.
     #[error(transparent)]
     Listen(#[from] ListenError),
+    /// A start-up setting (non-dumpable, `--pids-max`) could not be made.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
+    /// The stop pipe could not be created.
+    #[error("cannot create the stop pipe: {0}")]
+    StopPipe(std::io::Error),
     /// Waiting for connections failed.
-    #[error("accept loop: {0}")]
-    Accept(io::Error),
+    #[error(transparent)]
+    Accept(#[from] GateError),
 }
 
 /// Which process the agent is, which decides its init duties and what
@@ -80,6 +85,10 @@ pub struct Agent {
     pub results: PathBuf,
     /// Running execs, for the reaper and for Shutdown.
     pub registry: Arc<Registry>,
+    /// Whether every orphan of an exec is reparented to the agent (it is
+    /// PID 1 or a child subreaper), which lets `sweep` skip its `/proc`
+    /// scan when the agent has no children left.
+    pub adopts_orphans: bool,
     mode: Mode,
     mounted: Vec<PathBuf>,
     /// Written once to stop the accept loop.
@@ -112,10 +121,25 @@ impl Agent {
 /// `waitpid(-1)` belongs to the agent from here on: an embedding binary
 /// must not start or wait for children of its own.
 pub fn run(config: Config) -> Result<(), AgentError> {
+    // An inherited listening socket is claimed before anything else opens
+    // a descriptor that could take its number.
+    let inherited = match config.listen {
+        crate::Listen::Fd(fd) => Some(crate::listen::adopt(fd)?),
+        _ => None,
+    };
     // EPIPE on a closed socket ends one session, never the agent.
     // SAFETY: SIG_IGN installs no handler code.
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
+    // Before any connection or child: nothing in the sandbox may open the
+    // agent's descriptors or memory through /proc.
+    crate::limits::non_dumpable()?;
+    crate::limits::one_malloc_arena();
+    crate::limits::raise_open_files();
+    if let Some(max) = config.pids_max {
+        crate::limits::limit_tasks(max)?;
+    }
     let mode = Mode::detect();
+    let mut adopts_orphans = mode != Mode::Child;
     let mounted = match mode {
         Mode::VmInit => {
             crate::power::install_panic_hook();
@@ -126,8 +150,11 @@ pub fn run(config: Config) -> Result<(), AgentError> {
             // Best effort: qemu user emulation, for one, refuses it. Then
             // orphans go to the real init; the agent still reaps its own
             // children and kills its execs' process groups.
-            if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-                log!("cannot become a child subreaper ({e}); orphans of execs go to init");
+            match nix::sys::prctl::set_child_subreaper(true) {
+                Ok(()) => adopts_orphans = true,
+                Err(e) => {
+                    log!("cannot become a child subreaper ({e}); orphans of execs go to init")
+                }
             }
             Vec::new()
         }
@@ -135,47 +162,20 @@ pub fn run(config: Config) -> Result<(), AgentError> {
     let root = Beneath::open(&config.root).map_err(AgentError::Root)?;
     let registry = Registry::new();
     registry.start_reaper()?;
-    let listener = Listener::bind(&config.listen)?;
-    let (stop_rx, stop_tx) = fdio::pipe().map_err(AgentError::Accept)?;
+    let listener = match inherited {
+        Some(listener) => listener,
+        None => Listener::bind(&config.listen)?,
+    };
+    let (stop_rx, stop_tx) = fdio::pipe().map_err(AgentError::StopPipe)?;
     let agent = Arc::new(Agent {
         root,
         results: config.results,
         registry,
+        adopts_orphans,
         mode,
         mounted,
         stop: Mutex::new(Some(stop_tx)),
     });
     crate::console::ready(&config.listen);
-    accept_loop(&listener, &stop_rx, &agent)
-}
-
-fn accept_loop(listener: &Listener, stop: &OwnedFd, agent: &Arc<Agent>) -> Result<(), AgentError> {
-    let workers = Arc::new(Workers::default());
-    loop {
-        let mut fds = [
-            fdio::pollfd(listener.fd(), libc::POLLIN),
-            fdio::pollfd(stop.as_fd(), libc::POLLIN),
-        ];
-        fdio::poll(&mut fds, None).map_err(AgentError::Accept)?;
-        if fds[1].revents != 0 {
-            return Ok(());
-        }
-        if fds[0].revents == 0 {
-            continue;
-        }
-        let conn = match listener.accept() {
-            Ok(conn) => conn,
-            Err(e) => {
-                // EMFILE and friends pass; do not spin on them.
-                if e.kind() != io::ErrorKind::WouldBlock {
-                    log!("accept: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                continue;
-            }
-        };
-        if let Err(e) = workers.dispatch(conn, agent) {
-            log!("{e}");
-        }
-    }
+    Ok(Gate::new(&listener, &stop_rx, &agent).run()?)
 }

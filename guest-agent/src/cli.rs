@@ -1,10 +1,11 @@
 //! The command line, parsed by hand (no clap: the static guest binary stays
-//! small): `[--listen vsock:PORT | --listen unix:PATH] [--root DIR]
-//! [--results DIR]`.
+//! small): `[--listen vsock:PORT | unix:PATH | fd:N] [--root DIR]
+//! [--results DIR] [--pids-max N]`.
 //!
 //! Owns turning arguments into a [`Config`] and the defaults (PID 1 →
-//! `vsock:1024`; root `/`; results `/results`). It must never touch the
-//! system beyond asking for its own pid: no binding, no mounting.
+//! `vsock:1024`; root `/`; results `/results`; no task limit). It must
+//! never touch the system beyond asking for its own pid: no binding, no
+//! mounting, no checking of an inherited descriptor (that is `listen`'s).
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -14,16 +15,22 @@ use std::path::PathBuf;
 use boxdesk_channel::AGENT_PORT;
 
 /// The usage line printed with every argument error and for `--help`.
-pub const USAGE: &str = "usage: boxdesk-guest-agent [--listen vsock:PORT | --listen unix:PATH] \
-                         [--root DIR] [--results DIR]";
+pub const USAGE: &str = "usage: boxdesk-guest-agent \
+                         [--listen vsock:PORT | --listen unix:PATH | --listen fd:N] \
+                         [--root DIR] [--results DIR] [--pids-max N]";
 
 /// Where the agent listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
     /// AF_VSOCK on this port, any CID (the VM backends).
     Vsock(u32),
-    /// A Unix stream socket at this path (the namespace backend, tests).
+    /// A Unix stream socket at this path (tests, and hosts that trust
+    /// everything inside the sandbox not to touch the path).
     Unix(PathBuf),
+    /// An inherited Unix stream socket, already bound and listening, on
+    /// this descriptor (the namespace backend: the helper binds it outside
+    /// the sandbox, so nothing inside can rename or replace the path).
+    Fd(i32),
 }
 
 impl fmt::Display for Listen {
@@ -31,12 +38,13 @@ impl fmt::Display for Listen {
         match self {
             Listen::Vsock(port) => write!(f, "vsock:{port}"),
             Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+            Listen::Fd(fd) => write!(f, "fd:{fd}"),
         }
     }
 }
 
 impl Listen {
-    /// Parses `vsock:PORT` or `unix:PATH`.
+    /// Parses `vsock:PORT`, `unix:PATH` or `fd:N`.
     pub fn parse(s: &OsStr) -> Result<Self, CliError> {
         let b = s.as_bytes();
         if let Some(port) = b.strip_prefix(b"vsock:") {
@@ -57,8 +65,21 @@ impl Listen {
             }
             return Ok(Listen::Unix(PathBuf::from(OsStr::from_bytes(path))));
         }
+        if let Some(fd) = b.strip_prefix(b"fd:") {
+            let fd = std::str::from_utf8(fd)
+                .ok()
+                .and_then(|n| n.parse::<i32>().ok())
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    usage(format!(
+                        "bad descriptor number in --listen {}",
+                        s.to_string_lossy()
+                    ))
+                })?;
+            return Ok(Listen::Fd(fd));
+        }
         Err(usage(format!(
-            "--listen takes vsock:PORT or unix:PATH, not {}",
+            "--listen takes vsock:PORT, unix:PATH or fd:N, not {}",
             s.to_string_lossy()
         )))
     }
@@ -74,6 +95,9 @@ pub struct Config {
     /// After each exec, the regular files under this directory go back to
     /// the host as File frames.
     pub results: PathBuf,
+    /// `RLIMIT_NPROC` (soft and hard) set at start, if given: see
+    /// `limits::limit_tasks` for what it counts.
+    pub pids_max: Option<u64>,
 }
 
 /// Why the arguments were refused.
@@ -105,6 +129,7 @@ fn parse_args_as(
     let mut listen = None;
     let mut root = None;
     let mut results = None;
+    let mut pids_max = None;
     while let Some(arg) = args.next() {
         let bytes = arg.as_bytes();
         if bytes == b"--help" || bytes == b"-h" {
@@ -122,6 +147,7 @@ fn parse_args_as(
             "--listen" => &mut listen,
             "--root" => &mut root,
             "--results" => &mut results,
+            "--pids-max" => &mut pids_max,
             _ => return Err(usage(format!("unknown argument {name}"))),
         };
         let value = match inline.or_else(|| args.next()) {
@@ -141,10 +167,25 @@ fn parse_args_as(
             ))
         }
     };
+    let pids_max = match pids_max {
+        None => None,
+        Some(n) => Some(
+            n.to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--pids-max takes a positive number, not {}",
+                        n.to_string_lossy()
+                    ))
+                })?,
+        ),
+    };
     Ok(Config {
         listen,
         root: root.map_or_else(|| PathBuf::from("/"), PathBuf::from),
         results: results.map_or_else(|| PathBuf::from("/results"), PathBuf::from),
+        pids_max,
     })
 }
 
@@ -162,6 +203,15 @@ mod tests {
         assert_eq!(c.listen, Listen::Vsock(1024));
         assert_eq!(c.root, PathBuf::from("/"));
         assert_eq!(c.results, PathBuf::from("/results"));
+        assert_eq!(c.pids_max, None, "no task limit unless asked");
+    }
+
+    #[test]
+    fn an_inherited_descriptor_and_a_task_limit_are_accepted() {
+        let c = parse(&["--listen", "fd:3", "--pids-max=4096"], false).unwrap();
+        assert_eq!(c.listen, Listen::Fd(3));
+        assert_eq!(c.listen.to_string(), "fd:3");
+        assert_eq!(c.pids_max, Some(4096));
     }
 
     #[test]
@@ -198,6 +248,12 @@ mod tests {
             &["--listen", "tcp:1"][..],
             &["--listen", "vsock:x"],
             &["--listen", "unix:"],
+            &["--listen", "fd:"],
+            &["--listen", "fd:-1"],
+            &["--listen", "fd:3x"],
+            &["--listen", "vsock:1", "--pids-max", "0"],
+            &["--listen", "vsock:1", "--pids-max", "-5"],
+            &["--listen", "vsock:1", "--pids-max", "many"],
             &["--listen"],
             &["--root"],
             &["--frobnicate"],

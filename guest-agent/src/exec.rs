@@ -2,10 +2,12 @@
 //! (`spawn`), pump it (`pump`), then send Exit or TimedOut followed by the
 //! `/results` files (`files`).
 //!
-//! Owns the order of the last frames and the exec's registration: the pid
-//! is forgotten when this returns, so a process still running is reaped as
-//! an orphan later. It must never send Exit for a process that has not
-//! exited, and never anything after an Error that ends the session.
+//! Owns the order of the last frames and the exec's registration and end:
+//! once the pump is done the pid is forgotten (a process still dying is
+//! reaped as an orphan) and the exec's whole session is killed (`sweep`)
+//! before Exit or TimedOut is sent, whatever ended it. It must never send
+//! Exit for a process that has not exited, and never anything after an
+//! Error that ends the session.
 
 use boxdesk_channel::{Exec, Frame, WinSize};
 
@@ -54,6 +56,7 @@ pub fn run(wire: &mut Wire, agent: &Agent, exec: Exec, pty: Option<WinSize>) -> 
     let pid = child.pid;
     let outcome = Pump::new(wire, child, &agent.registry, &slot, wake, timeout_ms).run();
     agent.registry.forget(pid);
+    crate::sweep::end_session(pid, &agent.registry, agent.adopts_orphans);
     let last = match outcome {
         Outcome::Exit(code) => Frame::Exit(code),
         Outcome::TimedOut => Frame::TimedOut,

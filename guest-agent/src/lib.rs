@@ -14,8 +14,11 @@
 //! own children through a SIGCHLD driver and would race that reaper for
 //! statuses. So the agent uses plain blocking threads:
 //!
-//! * the main thread accepts connections ([`run`]);
-//! * one reaper thread (`reaper`) is the only caller of `waitid(P_ALL)`;
+//! * the main thread accepts connections, caps them and reads their
+//!   session headers (`gate`; [`run`]), so a connection gets a thread of
+//!   its own only once its header is in (or an idle one finishes it);
+//! * one reaper thread (`reaper`) is the only caller of `waitid(P_ALL)`
+//!   that reaps (`sweep` only peeks whether any child is left);
 //!   children are spawned while its registry lock is held, so an exit is
 //!   never seen before the pid is registered (an exec may also reap its
 //!   own registered child by pid, under the same lock, when its pidfd
@@ -27,11 +30,13 @@
 //!
 //! # Module map
 //!
-//! `cli` (arguments) → `agent` (startup, accept loop, shutdown) →
-//! `workers` → `session` (one connection) → `putfile` / `files` (file
-//! frames, paths via `beneath`) and `exec` + `pump` + `stdin` (one
-//! process, started by `spawn` through `fastspawn` (posix_spawn) or std's
-//! `Command`, with `pty` and `reaper`). `wire` frames the socket; `fdio`
+//! `cli` (arguments) → `agent` (startup, with `limits`; shutdown) →
+//! `gate` (accept loop, cap, session headers) → `workers` → `session` (one
+//! connection) → `putfile` / `files` (file frames, paths via `beneath`)
+//! and `exec` + `pump` + `stdin` (one process, started by `spawn` through
+//! `fastspawn` (posix_spawn) or std's `Command`, with `pty` and `reaper`;
+//! its whole session killed at the end by `sweep`). `wire` frames the
+//! socket; `fdio`
 //! holds raw-fd helpers; `init`, `rootfs` (`--rootfs`: mount the image
 //! and switch root into it), `loopback`, `power` and `console` are the
 //! PID-1 side.
@@ -49,7 +54,9 @@ mod exec;
 mod fastspawn;
 mod fdio;
 mod files;
+mod gate;
 mod init;
+mod limits;
 mod listen;
 mod loopback;
 mod power;
@@ -61,6 +68,7 @@ mod rootfs;
 mod session;
 mod spawn;
 mod stdin;
+mod sweep;
 mod wire;
 mod workers;
 

@@ -1,7 +1,14 @@
 //! The listening socket: AF_VSOCK (any CID, the given port) in a VM, a
-//! Unix stream socket elsewhere. Owns binding (including replacing a stale
-//! socket file nobody serves) and accepting with close-on-exec. It must
-//! never remove a path that is not a socket or that a live agent serves.
+//! Unix stream socket at a path, or an inherited Unix stream socket that
+//! the host already bound and listens on (`fd:N`: the namespace backend,
+//! where a path inside the sandbox could be renamed or replaced by the
+//! sandbox's own processes). Owns binding (including replacing a stale
+//! socket file nobody serves), checking an inherited descriptor, and
+//! accepting with close-on-exec. The listening socket is non-blocking, so
+//! an accept after `poll(2)` never waits (a shared inherited socket may
+//! lose a connection to another holder). It must never remove a path that
+//! is not a socket or that a live agent serves, and never take over a
+//! descriptor that is not a listening Unix stream socket.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -30,6 +37,14 @@ pub enum ListenError {
     /// Another agent already serves the Unix socket path.
     #[error("{0} is already served by a running agent")]
     InUse(String),
+    /// The inherited descriptor is not a listening Unix stream socket.
+    #[error("--listen fd:{fd}: {why}")]
+    NotListening {
+        /// The descriptor number.
+        fd: i32,
+        /// What it is instead.
+        why: String,
+    },
 }
 
 /// A listening socket.
@@ -49,13 +64,15 @@ impl Listener {
             Listen::Unix(path) => {
                 remove_stale(path, &what)?;
                 let l = UnixListener::bind(path).map_err(err)?;
+                l.set_nonblocking(true).map_err(err)?;
                 Ok(Listener { fd: l.into() })
             }
+            Listen::Fd(fd) => adopt(*fd),
             Listen::Vsock(port) => {
                 let fd = socket(
                     AddressFamily::Vsock,
                     SockType::Stream,
-                    SockFlag::SOCK_CLOEXEC,
+                    SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
                     None,
                 )
                 .map_err(|e| err(e.into()))?;
@@ -73,10 +90,14 @@ impl Listener {
         self.fd.as_fd()
     }
 
-    /// Accepts one connection (close-on-exec).
+    /// Accepts one connection (close-on-exec, non-blocking); `WouldBlock`
+    /// when none is waiting.
     pub fn accept(&self) -> io::Result<OwnedFd> {
         loop {
-            match accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
+            match accept4(
+                self.fd.as_raw_fd(),
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            ) {
                 // SAFETY: accept4 returned a new descriptor nothing else owns.
                 Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
                 Err(Errno::EINTR) => continue,
@@ -88,6 +109,68 @@ impl Listener {
 
 fn listen_on(fd: &OwnedFd, backlog: Backlog) -> nix::Result<()> {
     listen(fd, backlog)
+}
+
+/// Takes over descriptor `fd`: it must be open, a Unix stream socket, and
+/// listening. It becomes close-on-exec (no exec inherits the agent's
+/// socket) and non-blocking. Call it before the process opens anything
+/// else: a number that was not inherited could by then be one of the
+/// agent's own descriptors.
+pub fn adopt(fd: i32) -> Result<Listener, ListenError> {
+    let refuse = |why: String| ListenError::NotListening { fd, why };
+    // SAFETY: F_GETFD takes no argument and only reads the descriptor
+    // table; it tells whether `fd` is open before anything takes it over.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(refuse(format!("{}", io::Error::last_os_error())));
+    }
+    // SAFETY: `fd` is open (checked above), was inherited for the agent to
+    // own, and nothing else in this process refers to it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let int = |opt: libc::c_int| -> Result<libc::c_int, ListenError> {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` are valid for writing, and `len` says
+        // how many bytes `value` holds.
+        let rc = unsafe {
+            libc::getsockopt(
+                owned.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            return Err(refuse(match e.raw_os_error() {
+                Some(libc::ENOTSOCK) => "not a socket".into(),
+                _ => e.to_string(),
+            }));
+        }
+        Ok(value)
+    };
+    let domain = int(libc::SO_DOMAIN)?;
+    if domain != libc::AF_UNIX {
+        return Err(refuse(format!(
+            "a socket of address family {domain}, not a Unix socket"
+        )));
+    }
+    if int(libc::SO_TYPE)? != libc::SOCK_STREAM {
+        return Err(refuse("a Unix socket, but not a stream socket".into()));
+    }
+    if int(libc::SO_ACCEPTCONN)? == 0 {
+        return Err(refuse(
+            "a Unix stream socket that is not listening (bind and listen first)".into(),
+        ));
+    }
+    let setup = |e: nix::Error| refuse(format!("cannot set it up: {e}"));
+    nix::fcntl::fcntl(
+        owned.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(setup)?;
+    crate::fdio::set_nonblocking(owned.as_fd(), true).map_err(|e| refuse(e.to_string()))?;
+    Ok(Listener { fd: owned })
 }
 
 /// A socket file left by an agent that died is removed; a live one (it

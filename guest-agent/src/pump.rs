@@ -10,7 +10,10 @@
 //! output has reached EOF, or — when a background process still holds the
 //! pipe — [`DRAIN_GRACE`] after the exit, after a last read of whatever the
 //! pipe still holds. A timeout kills the process group and ends in
-//! TimedOut; the drain grace never does.
+//! TimedOut; the drain grace never does. A host frame that stops half-way
+//! for `wire::STALL` while the socket is being read is a protocol error
+//! (the time stdin is full and the socket not read does not count). The
+//! rest of the exec's session is `sweep`'s, after this loop.
 //!
 //! Never: block on one descriptor, buffer output the socket has not
 //! accepted, or signal anything but the exec's own process group.
@@ -25,7 +28,7 @@ use crate::fdio;
 use crate::reaper::{ExitSlot, Registry};
 use crate::spawn::{ChildIo, Spawned};
 use crate::stdin::{Feed, Stdin};
-use crate::wire::{Pull, Wire};
+use crate::wire::{Pull, Wire, WireError};
 
 /// How long after the child's exit its output may still be read before
 /// Exit is sent anyway (a backgrounded grandchild may hold the pipe open).
@@ -82,6 +85,8 @@ pub struct Pump<'w> {
     exited: Option<(i32, Instant)>,
     final_drain: bool,
     told_after_eof: bool,
+    /// Whether the socket was being read at the last turn of the loop.
+    reading: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -139,6 +144,7 @@ impl<'w> Pump<'w> {
             exited: None,
             final_drain: false,
             told_after_eof: false,
+            reading: true,
         }
     }
 
@@ -153,6 +159,9 @@ impl<'w> Pump<'w> {
             self.check_exit();
             if let Some(outcome) = self.finished() {
                 return outcome;
+            }
+            if let Err(end) = self.check_stall() {
+                return end;
             }
             if self.final_drain && self.wire.pending_out() == 0 {
                 self.drain_once();
@@ -226,7 +235,27 @@ impl<'w> Pump<'w> {
             Some((_, at)) if !self.final_drain => Some(at + DRAIN_GRACE),
             Some(_) => None,
         };
-        fdio::until(at)
+        let stall = self.reading.then(|| self.wire.stall_deadline()).flatten();
+        fdio::until(match (at, stall) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    /// Ends the session when a host frame stopped half-way for
+    /// `wire::STALL` while the socket was read.
+    fn check_stall(&mut self) -> Result<(), Outcome> {
+        let reading = !self.stdin.is_full();
+        if reading && !self.reading {
+            self.wire.restart_stall_clock();
+        }
+        self.reading = reading;
+        match self.wire.stall_deadline() {
+            Some(d) if reading && Instant::now() >= d => {
+                Err(self.fail(&WireError::Stalled.to_string()))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn on_ready(&mut self, role: Role, revents: libc::c_short) -> Result<(), Outcome> {

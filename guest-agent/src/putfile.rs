@@ -7,8 +7,9 @@
 //! file is removed and later chunks of that series are dropped silently.
 //! Never: write outside the root (paths go through `beneath`), write to
 //! the target in place (a reader never sees half a file), follow a symlink
-//! at the target (rename replaces the link itself), or leave a temporary
-//! file behind.
+//! at the target (rename replaces the link itself), leave a temporary
+//! file behind, or set a setuid, setgid or sticky bit (the mode is
+//! `mode & 0o777`).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -172,7 +173,9 @@ impl Puts {
         let Some(Series::Writing(w)) = self.cur.take() else {
             return Ok(());
         };
-        let mode = Mode::from_bits_truncate(w.mode & 0o7777);
+        // Permission bits only: a file put into the sandbox never becomes
+        // setuid, setgid or sticky (a 0o7777 request lands as 0o777).
+        let mode = Mode::from_bits_truncate(w.mode & 0o777);
         if let Err(e) = fchmod(w.file.as_raw_fd(), mode) {
             let err = os(&w.path, "chmod", e);
             discard(w);

@@ -16,7 +16,8 @@
 //! held ([`Registry::try_reap`]), when its pidfd says the child exited:
 //! that saves a thread hop on every exec's exit.
 //!
-//! Never: reap while a spawn holds the lock, block while holding the lock,
+//! Never: reap while a spawn holds the lock, block while holding the lock
+//! (the session sweep's `/proc` scan under it does not wait on anything),
 //! or call std's `Child::wait` (statuses only ever come from here).
 
 use std::collections::HashMap;
@@ -148,6 +149,15 @@ impl Registry {
     /// orphan and its status discarded.
     pub fn forget(&self, pid: i32) {
         lock(&self.inner).live.remove(&pid);
+    }
+
+    /// Runs `f` with spawns (and reaping) held off; `f` learns whether
+    /// `pid` is the pid of an exec now running. The session sweep uses it
+    /// so that a pid recycled for a new exec is never signalled by the
+    /// sweep of an old one.
+    pub fn with_spawns_held<R>(&self, pid: i32, f: impl FnOnce(bool) -> R) -> R {
+        let inner = lock(&self.inner);
+        f(inner.live.contains_key(&pid))
     }
 
     /// The pids (= process groups) of every exec still running.

@@ -1,10 +1,11 @@
-//! One connection, start to end: the handshake, the file phase (PutFile,
-//! GetFile), then one Exec or ExecPty handed to `exec`, or Shutdown.
+//! One connection after its session headers (`gate` exchanged them): the
+//! file phase (PutFile, GetFile), then one Exec or ExecPty handed to
+//! `exec`, or Shutdown.
 //!
 //! Owns which frames are allowed when, and which errors end the session:
 //! a refused PutFile or GetFile is answered and the session continues;
-//! anything else wrong is one Error and the close. A bad handshake closes
-//! at once with no frame. It must never let one session's failure reach
+//! anything else wrong (a frame stalled half-way included) is one Error
+//! and the close. It must never let one session's failure reach
 //! another session or the agent: no panic on input, no process exit except
 //! through Shutdown.
 
@@ -29,7 +30,7 @@ pub enum SessionError {
     Wire(#[from] WireError),
 }
 
-/// Serves one accepted connection until it ends.
+/// Serves one connection, whose headers are exchanged, until it ends.
 pub fn serve(fd: OwnedFd, agent: Arc<Agent>) {
     let mut wire = match Wire::new(fd) {
         Ok(w) => w,
@@ -38,11 +39,6 @@ pub fn serve(fd: OwnedFd, agent: Arc<Agent>) {
             return;
         }
     };
-    if wire.handshake().is_err() {
-        // Wrong magic or version (or none): close at once, no frames.
-        wire.close();
-        return;
-    }
     let after = files_then_exec(&mut wire, &agent);
     match after {
         Ok(After::Close) => wire.close(),

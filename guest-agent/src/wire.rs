@@ -2,22 +2,22 @@
 //! input buffer that yields whole frames and an output buffer of encoded
 //! frames, so one `poll(2)` loop can serve the socket and a child at once.
 //!
-//! Owns agent-side framing: a header is checked (tag, length ≤
-//! `MAX_PAYLOAD`) before its payload is awaited or allocated; bytes of
-//! frames that may hold secrets are wiped once decoded and when the buffer
-//! moves or drops. Child output is read straight into the output buffer
-//! behind a frame header, without a copy. Nothing here blocks unless its
-//! name ends in `_blocking`; the input buffer never holds more than one
-//! maximum frame.
+//! Owns agent-side framing after the session headers (`gate` exchanged
+//! those): a frame header is checked (tag, length ≤ `MAX_PAYLOAD`) before
+//! its payload is awaited or allocated; bytes of frames that may hold
+//! secrets are wiped once decoded and when the buffer moves or drops. Child
+//! output is read straight into the output buffer behind a frame header,
+//! without a copy. A frame must arrive whole within [`STALL`] of its first
+//! byte being read ([`Wire::stall_deadline`]); the time between frames is
+//! the peer's own. Nothing here blocks unless its name ends in
+//! `_blocking`; the input buffer never holds more than one maximum frame,
+//! and no buffer is allocated before the first byte to go in it.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use boxdesk_channel::blocking::check_header;
-use boxdesk_channel::{
-    session_header, ChannelError, Frame, FrameError, FrameHeader, Tag, HEADER_LEN, MAX_PAYLOAD,
-};
+use boxdesk_channel::{Frame, FrameError, FrameHeader, Tag, MAX_PAYLOAD};
 use nix::sys::socket::{send, shutdown, MsgFlags, Shutdown};
 use zeroize::Zeroize;
 
@@ -26,8 +26,9 @@ use crate::fdio;
 /// Bytes read from the socket at a time (and the input buffer's resting
 /// size).
 const READ_CHUNK: usize = 64 * 1024;
-/// How long a peer has to send its 6-byte header.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a frame may take to arrive once its first byte was read: a
+/// peer that stops in the middle of a frame for this long is dropped.
+pub const STALL: Duration = Duration::from_secs(10);
 /// How long [`Wire::close`] keeps reading (and discarding) what the peer
 /// still sends, so unread bytes do not turn our close into a reset.
 const LINGER: Duration = Duration::from_millis(500);
@@ -44,16 +45,19 @@ pub enum WireError {
     /// The peer closed its side in the middle of a frame.
     #[error("peer closed the stream in the middle of a frame")]
     Truncated,
-    /// The peer's session header is wrong, missing or late.
-    #[error("handshake: {0}")]
-    Handshake(ChannelError),
+    /// The peer stopped in the middle of a frame for [`STALL`].
+    #[error("ETIMEDOUT: no complete frame within 10 s of its start; closing")]
+    Stalled,
 }
 
 impl WireError {
     /// True when the peer sent something wrong (it gets an Error frame);
     /// false when the stream itself failed (nobody to tell).
     pub fn is_protocol(&self) -> bool {
-        matches!(self, WireError::Frame(_) | WireError::Truncated)
+        matches!(
+            self,
+            WireError::Frame(_) | WireError::Truncated | WireError::Stalled
+        )
     }
 }
 
@@ -76,53 +80,33 @@ pub struct Wire {
     end: usize,
     out: Vec<u8>,
     out_pos: usize,
+    /// When the first byte of the partial frame now buffered was read.
+    partial_since: Option<Instant>,
+    /// `inb[..dirty]` may hold bytes read from the peer (the rest of the
+    /// buffer was never written).
+    dirty: usize,
 }
 
 impl Wire {
-    /// Wraps a connected stream socket and makes it non-blocking.
+    /// Wraps a connected stream socket and makes it non-blocking. The
+    /// buffers start empty: a session that sends nothing costs nothing.
     pub fn new(fd: OwnedFd) -> io::Result<Wire> {
         fdio::set_nonblocking(fd.as_fd(), true)?;
         Ok(Wire {
             fd,
-            inb: vec![0; READ_CHUNK],
+            inb: Vec::new(),
             start: 0,
             end: 0,
-            out: Vec::with_capacity(READ_CHUNK + 64),
+            out: Vec::new(),
             out_pos: 0,
+            partial_since: None,
+            dirty: 0,
         })
     }
 
     /// The socket, for `poll(2)`.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-
-    /// Writes our header, then reads and checks the peer's (waiting at most
-    /// [`HANDSHAKE_TIMEOUT`]).
-    pub fn handshake(&mut self) -> Result<(), WireError> {
-        self.out.extend_from_slice(&session_header());
-        self.flush_blocking()?;
-        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-        while self.end - self.start < HEADER_LEN {
-            let mut fds = [fdio::pollfd(self.fd(), libc::POLLIN)];
-            if fdio::poll(&mut fds, fdio::until(Some(deadline)))? == 0 {
-                if Instant::now() >= deadline {
-                    return Err(WireError::Handshake(ChannelError::UnexpectedEof(
-                        "the session header (timed out)",
-                    )));
-                }
-                continue;
-            }
-            if self.fill_for(HEADER_LEN)? == Pull::Eof {
-                return Err(WireError::Handshake(ChannelError::UnexpectedEof(
-                    "the session header",
-                )));
-            }
-        }
-        let mut peer = [0u8; HEADER_LEN];
-        peer.copy_from_slice(&self.inb[self.start..self.start + HEADER_LEN]);
-        self.start += HEADER_LEN;
-        check_header(peer).map_err(WireError::Handshake)
     }
 
     /// Reads once from the socket into the input buffer, with room for at
@@ -142,22 +126,60 @@ impl Wire {
         let want = need.max(READ_CHUNK);
         if self.start + want > self.inb.len() || self.end == self.inb.len() {
             self.compact();
-            if want > self.inb.len() {
-                self.inb.resize(want, 0);
+            let mut len = self.inb.len().max(want);
+            if self.end == len {
+                len = self.end + READ_CHUNK;
             }
-            if self.end == self.inb.len() {
-                self.inb.resize(self.end + READ_CHUNK, 0);
+            if len > self.inb.len() {
+                self.grow(len);
             }
         }
         match fdio::read(self.fd.as_fd(), &mut self.inb[self.end..]) {
             Ok(0) => Ok(Pull::Eof),
             Ok(n) => {
+                if self.end == self.start {
+                    self.partial_since = Some(Instant::now());
+                }
                 self.end += n;
+                self.dirty = self.dirty.max(self.end);
                 Ok(Pull::Data(n))
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Pull::Again),
             Err(e) => Err(e),
         }
+    }
+
+    /// When the partial frame now buffered must be complete; `None` when
+    /// none is.
+    pub fn stall_deadline(&self) -> Option<Instant> {
+        self.partial_since
+            .filter(|_| self.has_partial_frame())
+            .map(|t| t + STALL)
+    }
+
+    /// Restarts the clock of a partial frame: the agent stopped reading
+    /// for a while (back-pressure), which is not the peer's stall.
+    pub fn restart_stall_clock(&mut self) {
+        if self.has_partial_frame() {
+            self.partial_since = Some(Instant::now());
+        }
+    }
+
+    /// Moves the input to a larger buffer of `len` bytes, wiping the old
+    /// one (a plain `resize` could free it unwiped when it reallocates).
+    fn grow(&mut self, len: usize) {
+        let mut bigger = vec![0; len];
+        bigger[..self.end].copy_from_slice(&self.inb[..self.end]);
+        self.wipe_input();
+        self.inb = bigger;
+        self.dirty = self.end;
+    }
+
+    /// Wipes every input byte ever written (not the whole buffer: a
+    /// volatile wipe of 64 KiB is a visible part of a short session).
+    fn wipe_input(&mut self) {
+        self.inb[..self.dirty].zeroize();
+        self.dirty = 0;
     }
 
     /// Moves the unread bytes to the front, wiping where they were.
@@ -193,9 +215,12 @@ impl Wire {
             self.start = 0;
             self.end = 0;
             if self.inb.len() > 2 * READ_CHUNK {
-                self.inb.zeroize();
-                self.inb = vec![0; READ_CHUNK];
+                self.wipe_input();
+                self.inb = Vec::new();
             }
+        } else {
+            // The next frame's first bytes came with this one.
+            self.partial_since = Some(Instant::now());
         }
         Frame::decode_payload(header.tag, payload).map(Some)
     }
@@ -285,19 +310,24 @@ impl Wire {
         Ok(self.flush_blocking()?)
     }
 
-    /// The next frame, waiting for it; `None` at a clean end of stream.
+    /// The next frame, waiting for it (between frames, for ever; inside
+    /// one, until its [`STALL`] deadline); `None` at a clean end of stream.
     /// Queued output is written while waiting.
     pub fn recv_blocking(&mut self) -> Result<Option<Frame>, WireError> {
         loop {
             if let Some(frame) = self.next_frame()? {
                 return Ok(Some(frame));
             }
+            let stall = self.stall_deadline();
+            if stall.is_some_and(|d| Instant::now() >= d) {
+                return Err(WireError::Stalled);
+            }
             let mut events = libc::POLLIN;
             if self.pending_out() > 0 {
                 events |= libc::POLLOUT;
             }
             let mut fds = [fdio::pollfd(self.fd(), events)];
-            fdio::poll(&mut fds, None)?;
+            fdio::poll(&mut fds, fdio::until(stall))?;
             if fdio::writable(fds[0].revents) && self.pending_out() > 0 {
                 self.flush_some()?;
             }
@@ -340,6 +370,6 @@ impl Wire {
 
 impl Drop for Wire {
     fn drop(&mut self) {
-        self.inb.zeroize();
+        self.wipe_input();
     }
 }

@@ -11,6 +11,8 @@ mod support;
 mod exec;
 #[path = "agent/files.rs"]
 mod files;
+#[path = "agent/flood.rs"]
+mod flood;
 #[path = "agent/lifecycle.rs"]
 mod lifecycle;
 #[path = "agent/pid1.rs"]
@@ -21,5 +23,9 @@ mod protocol;
 mod pty;
 #[path = "agent/results.rs"]
 mod results;
+#[path = "agent/startup.rs"]
+mod startup;
 #[path = "agent/streams.rs"]
 mod streams;
+#[path = "agent/tree.rs"]
+mod tree;

@@ -179,7 +179,12 @@ fn processes_are_gone_after_stop() {
     let env = TestEnv::new();
     let sb = env.start("procs", &[]);
     let marker = format!("9999.{}", std::process::id());
-    let out = sb.sh(&format!("sleep {marker} & sleep {marker} & echo started"));
+    // Out of the exec's session (setsid; given time to get out before the
+    // exec ends): what ends with an exec does not count here, only what
+    // stop itself must end.
+    let out = sb.sh(&format!(
+        "setsid sleep {marker} & setsid sleep {marker} & sleep 0.5; echo started"
+    ));
     assert_eq!(out.stdout, "started\n", "{out}");
     let info = env.info("procs");
     let helper: u32 = info["pid"].parse().unwrap();

@@ -43,6 +43,23 @@ fn putfile_creates_the_file_with_its_mode_and_missing_parents() {
 }
 
 #[test]
+fn a_putfile_of_mode_7777_lands_without_setuid_setgid_or_sticky_bits() {
+    let agent = Agent::start();
+    let r = exchange(
+        &agent,
+        &[
+            put("all", 0o7777, 0, b"x"),
+            put("suid", 0o4755, 0, b"y"),
+            put("big", 0xffff_ffff, 0, b"z"),
+        ],
+    );
+    assert!(r.errors.is_empty(), "{r:?}");
+    assert_eq!(mode_of(&agent.root.join("all")), 0o777);
+    assert_eq!(mode_of(&agent.root.join("suid")), 0o755);
+    assert_eq!(mode_of(&agent.root.join("big")), 0o777);
+}
+
+#[test]
 fn putfile_overwrites_an_existing_file_and_leaves_no_temporary_file() {
     let agent = Agent::start();
     std::fs::write(agent.root.join("f"), b"old contents, longer").unwrap();

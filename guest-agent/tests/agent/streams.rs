@@ -143,11 +143,18 @@ fn a_backgrounded_sleep_holding_the_pipes_does_not_delay_exit() {
         "took {:?}",
         start.elapsed()
     );
-    // Left running, as docker exec would; clean it up.
-    for pid in crate::support::pids_with("sleep 100.4242") {
+    // And it ended with the exec: nothing of an exec's session outlives
+    // its Exit.
+    let left = crate::support::pids_with("sleep 100.4242");
+    for &pid in &left {
         // SAFETY: kill has no memory arguments.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
+    assert_eq!(
+        left,
+        Vec::<u32>::new(),
+        "the background sleep outlived Exit"
+    );
 }
 
 #[test]

@@ -31,6 +31,21 @@ impl Agent {
 
     /// An agent whose command line is `wrapper… agent-args`, with extra env.
     pub fn launch(dir: tempfile::TempDir, wrapper: &[&str], env: &[(&str, &str)]) -> Agent {
+        Agent::launch_with(dir, wrapper, env, &[], None)
+    }
+
+    /// [`Agent::launch`] with more agent arguments, and, when `inherit` is
+    /// given, that listening socket (bound at `<dir>/agent.sock`) passed
+    /// as descriptor 3 with `--listen fd:3` instead of a path.
+    pub fn launch_with(
+        dir: tempfile::TempDir,
+        wrapper: &[&str],
+        env: &[(&str, &str)],
+        args: &[&str],
+        inherit: Option<std::os::unix::net::UnixListener>,
+    ) -> Agent {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
         let base = dir.path().to_path_buf();
         let (sock, root, results, log) = (
             base.join("agent.sock"),
@@ -49,12 +64,37 @@ impl Agent {
             }
             None => Command::new(BIN),
         };
-        cmd.arg("--listen")
-            .arg(format!("unix:{}", sock.display()))
-            .arg("--root")
+        let inherit: Option<OwnedFd> = inherit.map(Into::into);
+        match &inherit {
+            Some(fd) => {
+                let raw = fd.as_raw_fd();
+                cmd.arg("--listen").arg("fd:3");
+                // SAFETY: the hook runs between fork and exec and calls only
+                // dup2 and fcntl, which are async-signal-safe; `fd` stays
+                // open in this process until spawn returns.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let rc = if raw == 3 {
+                            libc::fcntl(3, libc::F_SETFD, 0)
+                        } else {
+                            libc::dup2(raw, 3)
+                        };
+                        if rc < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            None => {
+                cmd.arg("--listen").arg(format!("unix:{}", sock.display()));
+            }
+        }
+        cmd.arg("--root")
             .arg(&root)
             .arg("--results")
             .arg(&results)
+            .args(args)
             .env("AGENT_ONLY_VARIABLE", "must-not-leak")
             .env_remove("BOXDESK_NAMESPACE")
             .envs(env.iter().copied())
@@ -62,6 +102,7 @@ impl Agent {
             .stdout(Stdio::null())
             .stderr(logf);
         let child = cmd.spawn().expect("start the agent");
+        drop(inherit);
         let mut agent = Agent {
             child,
             _dir: dir,
@@ -78,7 +119,7 @@ impl Agent {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.log_text().contains("boxdesk-guest-agent ready unix:") {
+            if self.log_text().contains("boxdesk-guest-agent ready ") {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -92,6 +133,17 @@ impl Agent {
     /// What the agent printed on stderr so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The agent's resident memory (`VmRSS`) in KiB; `pid` is the agent's
+    /// own pid (not a wrapper's).
+    pub fn rss_kib(pid: u32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
     }
 
     /// The pid of the process started (the agent, or its wrapper).
