@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use nix::sys::signal::{signal, SigHandler, Signal};
 
-use crate::beneath::{Beneath, PathError};
 use crate::fdio;
 use crate::listen::{ListenError, Listener};
 use crate::reaper::{ReaperError, Registry};
 use crate::workers::Workers;
 use crate::Config;
+use boxdesk_platform::beneath::{Beneath, PathError};
 
 /// Name prefix of session threads (the panic hook tells them apart).
 pub const SESSION_THREAD: &str = "session";

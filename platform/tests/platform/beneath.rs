@@ -1,4 +1,13 @@
-use super::*;
+//! `beneath`: both resolvers (openat2 and the component walk) against
+//! real directories, symlinks and FIFOs.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+
+use boxdesk_platform::beneath::{components, Beneath, PathError};
+use nix::sys::stat::Mode;
 
 /// Both resolvers: the kernel's openat2 and the component walk.
 fn roots(dir: &Path) -> [Beneath; 2] {
@@ -29,7 +38,6 @@ fn missing_directories_are_created_beneath_the_root_with_mode_0755() {
         b.dir(&comps(&name), true).unwrap();
         let meta = std::fs::metadata(t.path().join(&name)).unwrap();
         assert!(meta.is_dir());
-        use std::os::unix::fs::PermissionsExt;
         assert_eq!(meta.permissions().mode() & 0o777, 0o755 & !current_umask());
     }
 }
@@ -47,9 +55,9 @@ fn current_umask() -> u32 {
 fn a_symlinked_directory_component_is_refused_by_both_resolvers() {
     let t = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
+    symlink(outside.path(), t.path().join("link")).unwrap();
     std::fs::create_dir(t.path().join("real")).unwrap();
-    std::os::unix::fs::symlink("../real", t.path().join("real/up")).unwrap();
+    symlink("../real", t.path().join("real/up")).unwrap();
     for b in roots(t.path()) {
         for p in ["link", "link/x", "real/up/y"] {
             let r = b.dir(&comps(p), true);
@@ -63,7 +71,7 @@ fn a_symlinked_directory_component_is_refused_by_both_resolvers() {
 fn only_regular_files_open_for_reading_and_a_symlink_target_is_refused() {
     let t = tempfile::tempdir().unwrap();
     std::fs::write(t.path().join("f"), b"hello").unwrap();
-    std::os::unix::fs::symlink("f", t.path().join("l")).unwrap();
+    symlink("f", t.path().join("l")).unwrap();
     std::fs::create_dir(t.path().join("d")).unwrap();
     nix::unistd::mkfifo(&t.path().join("p"), Mode::from_bits_truncate(0o644)).unwrap();
     for b in roots(t.path()) {
@@ -81,5 +89,52 @@ fn only_regular_files_open_for_reading_and_a_symlink_target_is_refused() {
         assert!(matches!(b.regular(&comps("/")), Err(PathError::IsRoot)));
         let missing = b.regular(&comps("nope")).err().unwrap().to_string();
         assert!(missing.starts_with("ENOENT: "), "{missing}");
+    }
+}
+
+#[test]
+fn a_new_file_is_created_beneath_the_root_with_its_mode_and_an_old_one_truncated() {
+    let t = tempfile::tempdir().unwrap();
+    fs::create_dir(t.path().join("d")).unwrap();
+    for (i, b) in roots(t.path()).iter().enumerate() {
+        let name = format!("d/f{i}");
+        let mut f = b.create_file(&comps(&name), 0o640).unwrap();
+        f.write_all(b"long contents").unwrap();
+        drop(f);
+        let mode = fs::metadata(t.path().join(&name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640 & !current_umask());
+        let mut f = b.create_file(&comps(&name), 0o600).unwrap();
+        f.write_all(b"x").unwrap();
+        assert_eq!(fs::read(t.path().join(&name)).unwrap(), b"x");
+    }
+}
+
+#[test]
+fn creating_through_a_symlinked_directory_or_onto_a_symlink_writes_nothing_outside() {
+    let t = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("victim"), b"keep").unwrap();
+    symlink(outside.path(), t.path().join("sub")).unwrap();
+    symlink(outside.path().join("victim"), t.path().join("file")).unwrap();
+    for b in roots(t.path()) {
+        for p in ["sub/victim", "sub/new", "file"] {
+            let r = b.create_file(&comps(p), 0o644);
+            assert!(matches!(r, Err(PathError::Symlink)), "{p}: {:?}", r.err());
+        }
+    }
+    assert_eq!(fs::read(outside.path().join("victim")).unwrap(), b"keep");
+    assert!(!outside.path().join("new").exists());
+}
+
+#[test]
+fn a_fifo_at_the_target_is_refused_without_waiting_for_a_reader() {
+    let t = tempfile::tempdir().unwrap();
+    nix::unistd::mkfifo(&t.path().join("p"), Mode::from_bits_truncate(0o644)).unwrap();
+    for b in roots(t.path()) {
+        let r = b.create_file(&comps("p"), 0o644);
+        assert!(r.is_err(), "a FIFO opened as a file");
     }
 }
