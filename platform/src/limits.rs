@@ -15,15 +15,14 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 #[derive(Debug, thiserror::Error)]
 pub enum LimitError {
     /// `getrlimit` or `setrlimit` failed.
-    #[error("cannot raise the open-file limit (soft {soft}, hard {hard})")]
+    #[error("cannot raise the open-file limit (soft {soft}, hard {hard}): {}", .errno.desc())]
     Raise {
         /// The soft limit before.
         soft: u64,
         /// The hard limit.
         hard: u64,
         /// What the OS said.
-        #[source]
-        source: nix::errno::Errno,
+        errno: nix::errno::Errno,
     },
 }
 
@@ -44,10 +43,10 @@ const APPLE_OPEN_MAX: u64 = 10_240;
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (on macOS at most
 /// `OPEN_MAX`). Already there: nothing changes.
 pub fn raise_nofile() -> Result<Nofile, LimitError> {
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|source| LimitError::Raise {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|errno| LimitError::Raise {
         soft: 0,
         hard: 0,
-        source,
+        errno,
     })?;
     #[cfg(target_vendor = "apple")]
     let target = hard.min(APPLE_OPEN_MAX).max(soft);
@@ -59,10 +58,10 @@ pub fn raise_nofile() -> Result<Nofile, LimitError> {
             now: soft,
         });
     }
-    setrlimit(Resource::RLIMIT_NOFILE, target, hard).map_err(|source| LimitError::Raise {
+    setrlimit(Resource::RLIMIT_NOFILE, target, hard).map_err(|errno| LimitError::Raise {
         soft,
         hard,
-        source,
+        errno,
     })?;
     Ok(Nofile {
         before: soft,

@@ -1,0 +1,161 @@
+//! Admission to boxdesk's host servers — the helper's control socket, the
+//! hybrid forwarder in front of the agent, and the cowork server: a cap on
+//! concurrent connections with a clear refusal past it ([`Admission`]), the
+//! deadline for a peer's first request ([`STALL_TIMEOUT`]), and one
+//! rate-limited warning for a flood instead of one line per connection.
+//!
+//! [`lobby`] holds the connections of the two thread-per-connection
+//! servers until their first request is complete — on one thread, with no
+//! buffer until a byte arrives — so a flood of idle peers costs descriptors
+//! and nothing else; [`workers`] are the threads connections get after
+//! that; [`stall`] is the same deadline for the cowork server's tokio
+//! framing.
+//!
+//! This module owns counting, refusing and dropping. It must never block
+//! an accept loop on a peer, log once per refused connection, or look
+//! inside what a peer sends beyond finding where its first request ends.
+
+pub mod lobby;
+pub mod stall;
+pub mod workers;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::sync::lock;
+
+/// Most connections one server holds at once (requests in progress and
+/// idle peers together); the next is refused until one closes.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// How long a peer may take to send its first complete request (a control
+/// line, the hybrid preamble, a cowork frame), and how long a request it
+/// has begun may take to complete. A connection idle between complete
+/// requests is not stalled: each server says what idle means for it.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At most one flood warning per server this often; the next one says how
+/// many events it stands for.
+pub const FLOOD_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The connections one server holds, and its flood log.
+pub struct Admission {
+    server: &'static str,
+    max: usize,
+    active: AtomicUsize,
+    flood: FloodLog,
+}
+
+/// One admitted connection's place under the cap, given back on drop.
+pub struct Slot(Arc<Admission>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl fmt::Debug for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Slot({})", self.0.server)
+    }
+}
+
+impl Admission {
+    /// The admission of `server` (named in logs: `control socket`…), at
+    /// most `max` connections at once.
+    pub fn new(server: &'static str, max: usize) -> Arc<Self> {
+        Arc::new(Admission {
+            server,
+            max,
+            active: AtomicUsize::new(0),
+            flood: FloodLog::default(),
+        })
+    }
+
+    /// A slot, or `None` past the cap (logged as a flood, rate-limited).
+    pub fn try_admit(self: &Arc<Self>) -> Option<Slot> {
+        let admitted = self
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok();
+        if admitted {
+            return Some(Slot(Arc::clone(self)));
+        }
+        self.flood(format_args!(
+            "{} connections open, refusing new ones until some close",
+            self.max
+        ));
+        None
+    }
+
+    /// Connections held now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Logs `what` as part of a flood: at most one warning per
+    /// [`FLOOD_WARN_EVERY`] for this server, counting the rest.
+    pub fn flood(&self, what: fmt::Arguments<'_>) {
+        self.flood.warn(self.server, what);
+    }
+}
+
+/// One warning per period; the events in between are counted.
+#[derive(Default)]
+struct FloodLog {
+    last: Mutex<Option<Instant>>,
+    since: AtomicU64,
+}
+
+impl FloodLog {
+    fn warn(&self, server: &str, what: fmt::Arguments<'_>) {
+        let mut last = lock(&self.last);
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < FLOOD_WARN_EVERY) {
+            self.since.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(now);
+        let since = self.since.swap(0, Ordering::Relaxed);
+        let every = FLOOD_WARN_EVERY.as_secs();
+        if since == 0 {
+            tracing::warn!("{server}: {what} (a flood? logged at most once every {every} s)");
+        } else {
+            tracing::warn!(
+                "{server}: {what} ({since} more such events since the last warning; logged at most once every {every} s)"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_the_cap_admission_is_refused_until_a_slot_is_given_back() {
+        let a = Admission::new("test", 2);
+        let one = a.try_admit().unwrap();
+        let _two = a.try_admit().unwrap();
+        assert!(a.try_admit().is_none());
+        assert_eq!(a.active(), 2);
+        drop(one);
+        assert_eq!(a.active(), 1);
+        assert!(a.try_admit().is_some());
+    }
+
+    #[test]
+    fn a_flood_is_one_warning_and_a_count() {
+        let log = FloodLog::default();
+        for _ in 0..1000 {
+            log.warn("test", format_args!("refused"));
+        }
+        assert!(lock(&log.last).is_some());
+        assert_eq!(log.since.load(Ordering::Relaxed), 999);
+    }
+}
