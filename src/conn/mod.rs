@@ -40,11 +40,17 @@ pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// many events it stands for.
 pub const FLOOD_WARN_EVERY: Duration = Duration::from_secs(60);
 
+/// A crowd of at least this many connections is a flood whose memory is
+/// handed back to the system once it has thinned out ([`Admission`]).
+pub const TRIM_AFTER: usize = 256;
+
 /// The connections one server holds, and its flood log.
 pub struct Admission {
     server: &'static str,
     max: usize,
     active: AtomicUsize,
+    /// Most connections held since memory was last handed back.
+    peak: AtomicUsize,
     flood: FloodLog,
 }
 
@@ -53,9 +59,38 @@ pub struct Slot(Arc<Admission>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::AcqRel);
+        let left = self.0.active.fetch_sub(1, Ordering::AcqRel) - 1;
+        // A flood that has thinned to a quarter of its peak: the allocator
+        // keeps what the crowd freed (per-thread arenas) until told.
+        let peak = self.0.peak.load(Ordering::Relaxed);
+        if peak >= TRIM_AFTER
+            && left <= peak / 4
+            && self
+                .0
+                .peak
+                .compare_exchange(peak, left, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            release_free_memory();
+        }
     }
 }
+
+/// Hands the allocator's free pages back to the system (glibc keeps them
+/// in its arenas otherwise); elsewhere the allocator does it on its own.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim only walks and trims the allocator's own heaps;
+    // it takes the arena locks itself and has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Hands the allocator's free pages back to the system (glibc keeps them
+/// in its arenas otherwise); elsewhere the allocator does it on its own.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_memory() {}
 
 impl fmt::Debug for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -71,6 +106,7 @@ impl Admission {
             server,
             max,
             active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             flood: FloodLog::default(),
         })
     }
@@ -84,6 +120,8 @@ impl Admission {
             })
             .is_ok();
         if admitted {
+            let now = self.active.load(Ordering::Relaxed);
+            self.peak.fetch_max(now, Ordering::Relaxed);
             return Some(Slot(Arc::clone(self)));
         }
         self.flood(format_args!(

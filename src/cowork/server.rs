@@ -157,6 +157,9 @@ pub async fn serve(server: Arc<Server>, listener: UnixListener) {
     }
 }
 
+/// The read buffer a connection starts with.
+const FIRST_READ: usize = 512;
+
 /// The error of the frame sent to a peer refused past the cap.
 pub const TOO_MANY: &str = "too many connections";
 
@@ -216,7 +219,9 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
             }
         }
     });
-    let mut frames = FramedRead::new(rd, Timed::new(wire::codec()));
+    // A small first buffer: the codec reserves a frame's whole length once
+    // it has read it, and an idle peer costs no more than this.
+    let mut frames = FramedRead::with_capacity(rd, Timed::new(wire::codec()), FIRST_READ);
     let mut bound: Option<Arc<Profile>> = None;
     let mut subscribed = false;
     while let Some(frame) = next_frame(&mut frames).await {
