@@ -264,7 +264,7 @@ pub fn open_regular(
     }
     Ok(Regular {
         file: File::from(fd),
-        mode: st.st_mode & 0o7777,
+        mode: mode_bits(st.st_mode) & 0o7777,
         size: st.st_size as u64,
     })
 }
@@ -311,6 +311,13 @@ fn classify(dir: BorrowedFd<'_>, name: &CStr, e: Errno) -> Errno {
     e
 }
 
+/// A `mode_t` as the `u32` it is on Linux (`u16` on macOS); also what
+/// `openat`'s variadic mode argument takes.
+#[allow(clippy::useless_conversion)]
+fn mode_bits(m: libc::mode_t) -> u32 {
+    u32::from(m)
+}
+
 /// `openat(2)`; `None` resolves relative to the current directory.
 pub fn open_raw(dir: Option<BorrowedFd<'_>>, name: &CStr, flags: i32) -> Result<OwnedFd, Errno> {
     open_raw_mode(dir, name, flags, 0)
@@ -327,7 +334,8 @@ pub fn open_raw_mode(
     loop {
         // SAFETY: `name` is NUL-terminated and outlives the call; `at` is
         // AT_FDCWD or a descriptor borrowed for the call.
-        let fd = unsafe { libc::openat(at, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+        let fd =
+            unsafe { libc::openat(at, name.as_ptr(), flags | libc::O_CLOEXEC, mode_bits(mode)) };
         if fd >= 0 {
             // SAFETY: openat returned a new descriptor that nothing else owns.
             return Ok(unsafe { OwnedFd::from_raw_fd(fd) });

@@ -7,9 +7,17 @@
 //!
 //! File frames that follow Exit (the sandbox's `/results`) are not waited
 //! for: exec returns at Exit; `boxdesk cp NAME:/results/… DST` fetches them.
+//!
+//! A peer that stalls never holds a client: getting through (the connect,
+//! the hybrid preamble, the handshake) takes at most [`CONNECT_TIMEOUT`],
+//! then a message naming the sandbox and exit 125; until the command runs
+//! no signal is blocked, so SIGTERM/SIGINT end the client at once; once
+//! it runs they are forwarded, and an agent that answers nothing for
+//! [`SIGNAL_GRACE`] after one is given up on (exit 125).
+//!
 //! This module must never buffer a command's output beyond one frame
-//! (except in [`capture`], which is bounded) and never leave the terminal
-//! in raw mode.
+//! (except in [`capture`], which is bounded), never block the main thread
+//! on the agent without a limit, and never leave the terminal in raw mode.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};

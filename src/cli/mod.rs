@@ -363,6 +363,7 @@ pub fn raise_nofile() {
 
 fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
     raise_nofile();
+    boxdesk::conn::few_malloc_arenas();
     let backend: Backend = a.backend.parse()?;
     let backend = backend.resolve()?;
     let foreground = a.foreground;

@@ -20,7 +20,7 @@ pub mod stall;
 pub mod workers;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,8 @@ pub struct Admission {
     active: AtomicUsize,
     /// Most connections held since memory was last handed back.
     peak: AtomicUsize,
+    /// Memory was handed back while a flood thinned; once more at zero.
+    flooded: AtomicBool,
     flood: FloodLog,
 }
 
@@ -59,18 +61,21 @@ pub struct Slot(Arc<Admission>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let left = self.0.active.fetch_sub(1, Ordering::AcqRel) - 1;
-        // A flood that has thinned to a quarter of its peak: the allocator
-        // keeps what the crowd freed (per-thread arenas) until told.
-        let peak = self.0.peak.load(Ordering::Relaxed);
-        if peak >= TRIM_AFTER
+        let a = &self.0;
+        let left = a.active.fetch_sub(1, Ordering::AcqRel) - 1;
+        // A flood that has thinned to a quarter of its peak, and again once
+        // its last connection is gone: the allocator keeps what the crowd
+        // freed (per-thread arenas) until told.
+        let peak = a.peak.load(Ordering::Relaxed);
+        let thinned = peak >= TRIM_AFTER
             && left <= peak / 4
-            && self
-                .0
-                .peak
+            && a.peak
                 .compare_exchange(peak, left, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+                .is_ok();
+        if thinned {
+            a.flooded.store(left > 0, Ordering::Relaxed);
+            release_free_memory();
+        } else if left == 0 && a.flooded.swap(false, Ordering::Relaxed) {
             release_free_memory();
         }
     }
@@ -92,6 +97,29 @@ pub fn release_free_memory() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn release_free_memory() {}
 
+/// Most glibc malloc arenas for a server whose threads mostly wait on
+/// sockets. By default glibc gives threads up to 8 per core, and each one
+/// keeps a part of what a crowd of connection threads freed: after 900
+/// relays the helper kept 3.3 MiB more than before with the default, 1.8
+/// MiB with 2 (measured).
+pub const MALLOC_ARENAS: i32 = 2;
+
+/// Caps glibc's malloc arenas at [`MALLOC_ARENAS`]; call once at start,
+/// before threads. Elsewhere nothing to do.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn few_malloc_arenas() {
+    // SAFETY: mallopt only sets an allocator parameter; M_ARENA_MAX is a
+    // valid one and any positive value is accepted.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+    }
+}
+
+/// Caps glibc's malloc arenas at [`MALLOC_ARENAS`]; call once at start,
+/// before threads. Elsewhere nothing to do.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn few_malloc_arenas() {}
+
 impl fmt::Debug for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Slot({})", self.0.server)
@@ -107,6 +135,7 @@ impl Admission {
             max,
             active: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+            flooded: AtomicBool::new(false),
             flood: FloodLog::default(),
         })
     }

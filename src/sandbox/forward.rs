@@ -6,8 +6,8 @@
 //! ([`crate::conn::lobby`]) holds each new connection until its preamble
 //! line is in, then a relay thread ([`crate::conn::workers`], reused)
 //! copies both ways over non-blocking sockets and `poll`, with a 64 KiB
-//! buffer per direction allocated only then, a half-close passed on as a
-//! half-close, and any error ending that connection only. Limits: at most
+//! buffer per direction held only while bytes flow, a half-close passed
+//! on as a half-close, and any error ending that connection only. Limits: at most
 //! [`MAX_CONNECTIONS`] at once (then `ERR too many connections`), a
 //! preamble within [`crate::conn::STALL_TIMEOUT`] of connecting (else `ERR
 //! no preamble in time`). Once relayed a connection is the agent's: it
@@ -32,10 +32,14 @@ use crate::conn::{Admission, MAX_CONNECTIONS};
 
 /// Longest `CONNECT <port>\n` line read.
 const PREAMBLE_MAX: usize = 64;
-/// Copy buffer per direction.
+/// Copy buffer per direction, while bytes flow.
 const COPY_BUF: usize = 64 * 1024;
 /// Stack of a relay thread (its buffers are on the heap).
-const THREAD_STACK: usize = 64 * 1024;
+/// Only the pages touched are resident (about 12 KiB); the size matters
+/// after a crowd of connections has gone: glibc keeps up to 40 MiB of
+/// exited threads' stacks, counted by size, so 64 KiB stacks left ~600 of
+/// them (7 MiB) resident after 900 relays, 512 KiB ones leave ~80 (1 MiB).
+const THREAD_STACK: usize = 512 * 1024;
 /// Most relay threads kept idle for the next connection.
 const IDLE_MAX: usize = 2;
 
@@ -187,7 +191,8 @@ fn split_preamble(first: &[u8]) -> Result<(&[u8], &[u8]), &'static str> {
 }
 
 /// One direction of a relay: bytes read from one side, not yet written to
-/// the other.
+/// the other. Its buffer exists only while bytes flow: a relay idle both
+/// ways (an exec running quietly for hours) holds none.
 struct Dir {
     buf: Vec<u8>,
     start: usize,
@@ -200,15 +205,19 @@ struct Dir {
 
 impl Dir {
     fn new(pending: Vec<u8>) -> Self {
-        let end = pending.len();
-        let mut buf = pending;
-        buf.resize(COPY_BUF.max(end), 0);
         Dir {
-            buf,
+            end: pending.len(),
+            buf: pending,
             start: 0,
-            end,
             eof: false,
             shut: false,
+        }
+    }
+
+    /// Gives the buffer back when nothing is pending (before a wait).
+    fn release_if_idle(&mut self) {
+        if !self.pending() && self.buf.capacity() > 0 {
+            self.buf = Vec::new();
         }
     }
 
@@ -223,6 +232,9 @@ impl Dir {
         }
         self.start = 0;
         self.end = 0;
+        if self.buf.len() < COPY_BUF {
+            self.buf = vec![0u8; COPY_BUF];
+        }
         match from.read(&mut self.buf) {
             Ok(0) => self.eof = true,
             Ok(n) => self.end = n,
@@ -309,6 +321,8 @@ fn relay(mut client: UnixStream, mut agent: UnixStream, first: Vec<u8>) {
         if fds.is_empty() {
             break;
         }
+        up.release_if_idle();
+        down.release_if_idle();
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => break,
