@@ -134,10 +134,14 @@ impl Beneath {
     }
 
     /// Opens `comps` beneath `dir` with `flags` (plus `O_NOFOLLOW |
-    /// O_CLOEXEC`), never following a symlink.
+    /// O_CLOEXEC`), never following a symlink. Each component must be one
+    /// plain name (as [`components`] gives): the walk would climb a `..`.
     fn open_at(&self, dir: BorrowedFd<'_>, comps: &[&[u8]], flags: i32) -> Result<OwnedFd, Errno> {
         if comps.is_empty() {
             return dir.try_clone_to_owned().map_err(|_| Errno::EMFILE);
+        }
+        for c in comps {
+            plain(c)?;
         }
         #[cfg(target_os = "linux")]
         if self.openat2.load(Ordering::Relaxed) != OPENAT2_NO {
@@ -222,6 +226,7 @@ impl Beneath {
         let Some((name, parent)) = comps.split_last() else {
             return Err(PathError::IsRoot);
         };
+        plain(name)?;
         let dir = self.dir(parent, false)?;
         let name = CString::new(*name).map_err(|_| PathError::Nul)?;
         let flags = libc::O_WRONLY
@@ -239,6 +244,17 @@ impl Beneath {
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
         )?;
         Ok(File::from(fd))
+    }
+}
+
+/// One component: a single plain name, never `..` (the walk would climb
+/// it), `.`, empty, or holding a `/`.
+fn plain(c: &[u8]) -> Result<(), Errno> {
+    match c {
+        b".." => Err(Errno::EPERM),
+        b"" | b"." => Err(Errno::EINVAL),
+        c if c.contains(&b'/') => Err(Errno::EINVAL),
+        _ => Ok(()),
     }
 }
 

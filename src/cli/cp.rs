@@ -275,15 +275,15 @@ fn get(
 ) -> anyhow::Result<i32> {
     if !recursive {
         let root = if to.is_dir() {
-            Some(open_root(to)?)
+            Some((open_root(to)?, plain_name(from)?))
         } else {
             None
         };
         let dst = match &root {
-            Some(root) => Dst::Beneath {
+            Some((root, name)) => Dst::Beneath {
                 root,
-                comps: vec![basename(from)],
-                shown: to.join(OsStr::from_bytes(basename(from))),
+                comps: vec![name],
+                shown: to.join(OsStr::from_bytes(name)),
             },
             None => Dst::Named(to.to_owned()),
         };
@@ -365,7 +365,7 @@ impl Tree {
     /// directory, else into TO itself.
     fn at(to: &Path, from: &[u8]) -> anyhow::Result<Tree> {
         if to.is_dir() {
-            let top = basename(from).to_vec();
+            let top = plain_name(from)?.to_vec();
             return Ok(Tree {
                 root: open_root(to)?,
                 base: to.join(OsStr::from_bytes(&top)),
@@ -391,6 +391,18 @@ impl Tree {
         let mut v = vec![self.top.as_slice()];
         v.extend(rel.iter().map(|c| c.as_bytes()));
         v
+    }
+}
+
+/// The last component of a sandbox path, to be created beneath DST: a
+/// plain name, never empty, `.` or `..`.
+fn plain_name(from: &[u8]) -> anyhow::Result<&[u8]> {
+    match basename(from) {
+        b"" | b"." | b".." => bail!(
+            "{}: name a file or directory by its own name",
+            String::from_utf8_lossy(from)
+        ),
+        name => Ok(name),
     }
 }
 
@@ -573,6 +585,14 @@ mod tests {
         assert_eq!(relative(b"/w", b"/w/../etc/passwd"), None);
         assert_eq!(relative(b"/w", b"/wx/a"), None);
         assert_eq!(relative(b"/", b"/etc"), Some(PathBuf::from("etc")));
+    }
+
+    #[test]
+    fn only_a_plain_last_name_is_created_beneath_dst() {
+        assert_eq!(plain_name(b"/w/tree").unwrap(), b"tree");
+        for p in [&b"/"[..], b"/w/..", b"/w/."] {
+            assert!(plain_name(p).is_err(), "{p:?}");
+        }
     }
 
     #[test]

@@ -138,3 +138,26 @@ fn a_fifo_at_the_target_is_refused_without_waiting_for_a_reader() {
         assert!(r.is_err(), "a FIFO opened as a file");
     }
 }
+
+#[test]
+fn a_component_that_is_not_one_plain_name_is_refused_by_both_resolvers() {
+    let t = tempfile::tempdir().unwrap();
+    fs::create_dir(t.path().join("d")).unwrap();
+    for b in roots(t.path()) {
+        for bad in [
+            &[&b"d"[..], b".."][..],
+            &[b".."],
+            &[b"."],
+            &[b""],
+            &[b"d/x"],
+        ] {
+            assert!(b.dir(bad, true).is_err(), "{bad:?}");
+            assert!(b.create_file(&[bad, &[&b"f"[..]]].concat(), 0o644).is_err());
+            assert!(b
+                .create_file(&[&[&b"d"[..]][..], bad].concat(), 0o644)
+                .is_err());
+        }
+    }
+    assert_eq!(fs::read_dir(t.path()).unwrap().count(), 1);
+    assert!(!t.path().join("d/x").exists());
+}
