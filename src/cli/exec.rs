@@ -19,6 +19,7 @@
 //! (except in [`capture`], which is bounded), never block the main thread
 //! on the agent without a limit, and never leave the terminal in raw mode.
 
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -53,6 +54,8 @@ const CAPTURE_MAX: usize = 64 << 20;
 pub const SIGNAL_GRACE: Duration = Duration::from_secs(10);
 /// How long a frame the agent has begun may take to arrive whole.
 const FRAME_STALL: Duration = Duration::from_secs(10);
+/// How soon a signal frame the writer was too busy for is tried again.
+const RETRY_SEND: Duration = Duration::from_millis(20);
 
 /// `boxdesk exec NAME [opts] -- CMD ARGS…`.
 pub fn exec_named(name: &str, opts: &ExecOpts, command: &[OsString]) -> anyhow::Result<i32> {
@@ -208,16 +211,27 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool, name: &str) -> a
     let mut interrupts = 0;
     // Set by a forwarded terminating signal; cleared by any frame.
     let mut answer_by: Option<(Instant, Signal)> = None;
+    // Signal and Resize frames not written yet (the writer was busy).
+    let mut unsent: VecDeque<Frame> = VecDeque::new();
     let outcome = loop {
         if reader.buffered() == 0 {
-            let wait = answer_by.map(|(at, _)| at.saturating_duration_since(Instant::now()));
+            send_pending(&writer, &mut unsent);
+            let mut wait = answer_by.map(|(at, _)| at.saturating_duration_since(Instant::now()));
+            if !unsent.is_empty() {
+                wait = Some(wait.map_or(RETRY_SEND, |w| w.min(RETRY_SEND)));
+            }
             let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &signals, wait)?;
             if sig_ready {
                 while let Some(sig) = signals.next() {
-                    if forward_signal(&writer, sig, pty, &mut interrupts) && answer_by.is_none() {
+                    let Some(frame) = signal_frame(sig, pty, &mut interrupts) else {
+                        continue;
+                    };
+                    if matches!(frame, Frame::Signal(_)) && answer_by.is_none() {
                         answer_by = Some((Instant::now() + SIGNAL_GRACE, sig));
                     }
+                    unsent.push_back(frame);
                 }
+                send_pending(&writer, &mut unsent);
             }
             if !sock_ready {
                 match answer_by {
@@ -308,31 +322,43 @@ fn forward_stdin(w: &Writer) {
     let _ = send(w, &Frame::Stdin(SecretBytes::default()));
 }
 
-/// SIGWINCH becomes Resize (PTY only); SIGINT/TERM/HUP/QUIT become Signal
-/// frames for the command's process group, and true (an answer is due). A
-/// third interrupt gives up on the agent and exits at once.
-///
-/// Never blocks: the frame is dropped when the stdin thread holds the
-/// writer (blocked on a peer that does not read) or the socket has no room.
-fn forward_signal(w: &Writer, sig: Signal, pty: bool, interrupts: &mut u32) -> bool {
-    let frame = match sig {
-        Signal::SIGWINCH if pty => Frame::Resize(tty::window_size()),
-        Signal::SIGWINCH => return false,
+/// SIGWINCH becomes Resize (PTY only; `None` otherwise); SIGINT/TERM/HUP/
+/// QUIT become Signal frames for the command's process group. A third
+/// interrupt gives up on the agent and exits at once.
+fn signal_frame(sig: Signal, pty: bool, interrupts: &mut u32) -> Option<Frame> {
+    match sig {
+        Signal::SIGWINCH if pty => Some(Frame::Resize(tty::window_size())),
+        Signal::SIGWINCH => None,
         other => {
             *interrupts += 1;
             if *interrupts >= 3 {
                 tty::restore();
                 std::process::exit(128 + other as i32);
             }
-            Frame::Signal(other as i32)
-        }
-    };
-    if let Ok(mut w) = w.try_lock() {
-        if writable_now(w.get_ref()) {
-            let _ = w.write_frame(&frame);
+            Some(Frame::Signal(other as i32))
         }
     }
-    matches!(frame, Frame::Signal(_))
+}
+
+/// Writes the frames in `unsent`, in order, as far as that is possible
+/// without waiting: never while the stdin thread holds the writer (it may
+/// be blocked on a peer that does not read), never into a full socket.
+fn send_pending(w: &Writer, unsent: &mut VecDeque<Frame>) {
+    if unsent.is_empty() {
+        return;
+    }
+    let Ok(mut w) = w.try_lock() else {
+        return;
+    };
+    while let Some(frame) = unsent.front() {
+        if !writable_now(w.get_ref()) {
+            return;
+        }
+        // A failed write will not succeed later: the frame is dropped, and
+        // the session's end shows on the read side.
+        let _ = w.write_frame(frame);
+        unsent.pop_front();
+    }
 }
 
 /// Whether a small frame can be written without waiting: a Unix socket

@@ -177,3 +177,57 @@ fn an_agent_that_handshakes_then_falls_silent_cannot_hold_exec_past_sigterm() {
     );
     assert!(took >= LIMIT - Duration::from_secs(1), "{took:?}");
 }
+
+/// `exec NAME -- sh -c SCRIPT` with stdin fed by a thread until it fails;
+/// the child once SCRIPT has printed `ready`.
+fn exec_fed(env: &TestEnv, name: &str, script: &str) -> KillOnDrop {
+    use std::io::{BufRead, BufReader};
+    let mut c = env.cmd(["exec", name, "--", "sh", "-c", script]);
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 * 1024];
+        while stdin.write_all(&chunk).is_ok() {}
+    });
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    child.stdout = Some(out.into_inner());
+    KillOnDrop(child)
+}
+
+#[test]
+fn a_signal_reaches_a_command_while_stdin_streams_to_it() {
+    let env = TestEnv::new();
+    let sb = env.start("flow", &[]);
+    let child = exec_fed(
+        &env,
+        &sb.name,
+        "trap 'exit 7' TERM; echo ready; while :; do head -c 65536 >/dev/null; done",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let (code, err, took) = finish(child, Duration::from_secs(8));
+    assert!(code == Some(7) || code == Some(143), "{code:?}: {err}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn sigterm_ends_exec_even_when_stdin_is_stuck_behind_a_command_that_never_reads_it() {
+    let env = TestEnv::new();
+    let sb = env.start("stuck", &[]);
+    let child = exec_fed(&env, &sb.name, "trap '' TERM; echo ready; sleep 1000");
+    // Let the socket and the agent's pipe fill: the stdin thread now waits.
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let (code, err, took) = finish(child, LIMIT + SLACK);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(err.contains("sandbox stuck did not answer"), "{err}");
+    assert!(took <= LIMIT + Duration::from_secs(2), "{took:?}");
+}
