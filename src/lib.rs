@@ -11,6 +11,7 @@
 //! seccomp}` (the namespace backend). Elsewhere the CLI keeps the same
 //! commands and says plainly that they need Linux.
 
+pub mod conn;
 pub mod control;
 #[cfg(target_os = "linux")]
 pub mod cowork;

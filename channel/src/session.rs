@@ -12,7 +12,7 @@ use std::net::Shutdown;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{handshake, ChannelError, Frame, FrameReader, FrameWriter};
 
@@ -116,12 +116,29 @@ impl Session {
     }
 
     /// Connects through a hybrid vsock socket: `CONNECT <port>\n`, expect
-    /// `OK <n>\n`, then the session.
+    /// `OK <n>\n`, then the session; the preamble and the handshake within
+    /// [`HANDSHAKE_TIMEOUT`].
     pub fn connect_hybrid(path: impl AsRef<Path>, port: u32) -> Result<Self, ChannelError> {
-        let mut s = UnixStream::connect(path)?;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-        hybrid_preamble(&mut s, port)?;
-        Self::over(Stream::Unix(s))
+        Self::hybrid_over(UnixStream::connect(path)?, port, HANDSHAKE_TIMEOUT)
+    }
+
+    /// The hybrid preamble and the handshake over `stream`, already
+    /// connected to a hybrid socket, all within `limit` however the peer
+    /// spreads its bytes. A peer too slow is an [`ChannelError::Io`] of
+    /// kind [`io::ErrorKind::TimedOut`].
+    pub fn hybrid_over(
+        stream: UnixStream,
+        port: u32,
+        limit: Duration,
+    ) -> Result<Self, ChannelError> {
+        let mut timed = Deadline {
+            stream: &stream,
+            at: Instant::now() + limit,
+        };
+        hybrid_preamble(&mut timed, port)?;
+        handshake(&mut timed)?;
+        stream.set_write_timeout(None)?;
+        Self::ready(Stream::Unix(stream))
     }
 
     /// Connects to `port` of the VM with context id `cid` over AF_VSOCK.
@@ -137,6 +154,11 @@ impl Session {
     pub fn over(mut stream: Stream) -> Result<Self, ChannelError> {
         stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         handshake(&mut stream)?;
+        Self::ready(stream)
+    }
+
+    /// A session over `stream`, handshaken: no read timeout from here on.
+    fn ready(stream: Stream) -> Result<Self, ChannelError> {
         stream.set_read_timeout(None)?;
         let writer = FrameWriter::new(stream.try_clone()?);
         Ok(Self {
@@ -166,9 +188,57 @@ impl Session {
     }
 }
 
+/// A connected Unix stream whose reads and writes share one deadline: each
+/// waits at most the time left, and none starts once it has passed.
+struct Deadline<'a> {
+    stream: &'a UnixStream,
+    at: Instant,
+}
+
+impl Deadline<'_> {
+    /// The time left, or `TimedOut` when there is none.
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        Ok(left)
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the peer did not answer in time")
+}
+
+/// A socket timeout reads as `WouldBlock` (`EAGAIN`) on Linux.
+fn or_timed_out(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
+        _ => e,
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        self.stream.read(buf).map_err(or_timed_out)
+    }
+}
+
+impl Write for Deadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write(buf).map_err(or_timed_out)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes `CONNECT <port>\n` and reads the one-line answer byte by byte,
 /// so no byte of the AGCH stream behind it is consumed.
-fn hybrid_preamble(s: &mut UnixStream, port: u32) -> Result<(), ChannelError> {
+fn hybrid_preamble(s: &mut (impl Read + Write), port: u32) -> Result<(), ChannelError> {
     s.write_all(format!("CONNECT {port}\n").as_bytes())?;
     let mut line = Vec::with_capacity(16);
     let mut byte = [0u8; 1];

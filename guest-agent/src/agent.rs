@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{signal, SigHandler, Signal};
 
-use crate::beneath::{Beneath, PathError};
 use crate::fdio;
 use crate::gate::{Gate, GateError};
 use crate::limits::LimitsError;
 use crate::listen::{ListenError, Listener};
 use crate::reaper::{ReaperError, Registry};
 use crate::Config;
+use boxdesk_platform::beneath::{Beneath, PathError};
 
 /// Name prefix of session threads (the panic hook tells them apart).
 pub const SESSION_THREAD: &str = "session";

@@ -19,8 +19,8 @@ use nix::dir::Dir;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode};
 
-use crate::beneath::{components, kind, open_raw, open_regular, Beneath, Regular};
 use crate::wire::{Wire, WireError};
+use boxdesk_platform::beneath::{components, kind, open_raw, open_regular, Beneath, Regular};
 
 /// Data bytes per File frame: well under `MAX_PAYLOAD` with room for the
 /// path and the fixed fields.

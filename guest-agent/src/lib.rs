@@ -48,7 +48,6 @@
 mod console;
 
 mod agent;
-mod beneath;
 mod cli;
 mod exec;
 mod fastspawn;

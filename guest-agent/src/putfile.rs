@@ -22,8 +22,8 @@ use nix::fcntl::renameat;
 use nix::sys::stat::{fchmod, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::beneath::{components, open_raw_mode, Beneath, PathError};
 use crate::spawn::errno_name;
+use boxdesk_platform::beneath::{components, open_raw_mode, Beneath, PathError};
 
 /// Why a PutFile series failed (one Error frame; the session continues).
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,10 @@
 //! boxdesk-platform: the host-OS facts boxdesk relies on before it trusts
 //! anything — where its sockets live and whether that place is private,
 //! what a sandbox may be called, who is on the other end of a Unix socket,
-//! and what this machine can run (`boxdesk doctor`).
+//! what this machine can run (`boxdesk doctor`), how a path is resolved
+//! beneath a directory without following symlinks (the agent's PutFile and
+//! GetFile, the host side of `boxdesk cp`), and the descriptor limit a
+//! server raises before it accepts.
 //!
 //! It is a leaf crate: it knows nothing of the channel protocol, the VMM or
 //! the CLI. OS-specific code is cfg-gated here so the rest of the workspace
@@ -27,7 +30,9 @@
 
 #![deny(missing_docs)]
 
+pub mod beneath;
 pub mod dirs;
+pub mod limits;
 pub mod names;
 pub mod probe;
 pub mod socket;

@@ -2,8 +2,8 @@
 //! path without stealing it, and checking who is on the other end.
 //!
 //! This module owns the liveness rule of the control socket — a
-//! non-blocking `connect` — and the same-uid rule for peers. It must never
-//! block on a peer, never unlink a socket a server still answers on, and
+//! non-blocking `connect` — the bounded `connect` of a client, and the
+//! same-uid rule for peers. It must never block on a peer without a limit, never unlink a socket a server still answers on, and
 //! never unlink (or follow) anything that is not a socket: symlinks and
 //! regular files are refused and left in place.
 
@@ -13,11 +13,13 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::socket::{connect, AddressFamily, SockFlag, SockType, UnixAddr};
+use nix::sys::socket::{connect, setsockopt, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
+use nix::sys::time::{TimeVal, TimeValLike};
 
 use crate::names::{self, NameError};
 
@@ -189,6 +191,41 @@ pub fn bind_exclusive(path: &Path) -> Result<UnixListener, SocketError> {
     Ok(listener)
 }
 
+/// Connects to the Unix socket at `path`, waiting at most `limit` for room
+/// in its backlog: a plain blocking `connect` waits forever on a listener
+/// that never accepts. Running out of time is an error of kind
+/// [`io::ErrorKind::TimedOut`]; a missing or dead socket is `NotFound` or
+/// `ConnectionRefused`, as from [`UnixStream::connect`]. The stream comes
+/// back blocking, with no timeouts set.
+pub fn connect_within(path: &Path, limit: Duration) -> io::Result<UnixStream> {
+    let addr = UnixAddr::new(path).map_err(io::Error::from)?;
+    let fd = stream_socket(false).map_err(io::Error::from)?;
+    // SO_SNDTIMEO bounds a connect that waits for backlog room (Linux);
+    // zero would mean "no limit", and an hour is already forever here.
+    let limit = limit.clamp(Duration::from_millis(1), Duration::from_secs(3600));
+    let micros = limit.as_micros() as i64;
+    setsockopt(&fd, sockopt::SendTimeout, &TimeVal::microseconds(micros))
+        .map_err(io::Error::from)?;
+    loop {
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => break,
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN | Errno::EINPROGRESS | Errno::ETIMEDOUT) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no room in the backlog of {} within {limit:?}",
+                        path.display()
+                    ),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    setsockopt(&fd, sockopt::SendTimeout, &TimeVal::zero()).map_err(io::Error::from)?;
+    Ok(UnixStream::from(fd))
+}
+
 /// Refuses a connected Unix socket whose peer is not our effective uid.
 pub fn ensure_same_uid(stream: &impl AsFd) -> Result<(), SocketError> {
     let peer = peer_uid(stream).map_err(SocketError::PeerCred)?;
@@ -232,7 +269,7 @@ enum Knock {
 fn knock(path: &Path) -> Knock {
     let attempt = || -> Result<(), Errno> {
         let addr = UnixAddr::new(path)?;
-        let fd = nonblocking_stream_socket()?;
+        let fd = stream_socket(true)?;
         connect(fd.as_raw_fd(), &addr)
     };
     match attempt() {
@@ -242,15 +279,19 @@ fn knock(path: &Path) -> Knock {
     }
 }
 
+/// A close-on-exec Unix stream socket, non-blocking when asked.
 #[cfg(not(target_vendor = "apple"))]
-fn nonblocking_stream_socket() -> Result<OwnedFd, Errno> {
-    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+fn stream_socket(nonblocking: bool) -> Result<OwnedFd, Errno> {
+    let mut flags = SockFlag::SOCK_CLOEXEC;
+    if nonblocking {
+        flags |= SockFlag::SOCK_NONBLOCK;
+    }
     nix::sys::socket::socket(AddressFamily::Unix, SockType::Stream, flags, None)
 }
 
 /// Apple has no `SOCK_NONBLOCK`/`SOCK_CLOEXEC`; set both right after.
 #[cfg(target_vendor = "apple")]
-fn nonblocking_stream_socket() -> Result<OwnedFd, Errno> {
+fn stream_socket(nonblocking: bool) -> Result<OwnedFd, Errno> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     let fd = nix::sys::socket::socket(
         AddressFamily::Unix,
@@ -259,6 +300,8 @@ fn nonblocking_stream_socket() -> Result<OwnedFd, Errno> {
         None,
     )?;
     fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    if nonblocking {
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    }
     Ok(fd)
 }

@@ -51,6 +51,7 @@ pub fn cowork(socket: PathBuf) -> i32 {
         .with(filter)
         .with(fmt)
         .try_init();
+    super::raise_nofile();
     let debug = Arc::new(move |on: bool| {
         let level = if on { LevelFilter::DEBUG } else { base };
         let _ = handle.modify(|f| *f = level);

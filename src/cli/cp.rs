@@ -15,8 +15,13 @@
 //! Exit codes: 0, 1 when a file could not be copied (each one reported),
 //! 125 for usage errors or a missing sandbox. This module must never write
 //! outside the destination a user named: paths from the sandbox are
-//! checked to be plain relative paths, and files in a received tree are
-//! opened without following symlinks.
+//! checked to be plain relative paths, and everything created or written
+//! beneath DST goes through `boxdesk_platform::beneath` (openat2
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or a strict `O_NOFOLLOW` walk),
+//! so a symlink already inside DST — for a directory on the way or for the
+//! file itself — is refused, as GNU cp refuses it. DST itself is what the
+//! user named and is opened as any program would open it: a DST that is a
+//! symlink to a directory is that directory.
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
@@ -27,6 +32,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use boxdesk_channel::{ChannelError, Frame, FrameReader, SecretBytes, Stream};
+use boxdesk_platform::beneath::{Beneath, PathError};
 use boxdesk_platform::{names, SandboxPaths};
 
 use super::exec;
@@ -267,16 +273,24 @@ fn get(
     to: &Path,
     recursive: bool,
 ) -> anyhow::Result<i32> {
-    let base = if to.is_dir() {
-        to.join(OsStr::from_bytes(basename(from)))
-    } else {
-        to.to_owned()
-    };
     if !recursive {
+        let root = if to.is_dir() {
+            Some((open_root(to)?, plain_name(from)?))
+        } else {
+            None
+        };
+        let dst = match &root {
+            Some((root, name)) => Dst::Beneath {
+                root,
+                comps: vec![name],
+                shown: to.join(OsStr::from_bytes(name)),
+            },
+            None => Dst::Named(to.to_owned()),
+        };
         let mut session = exec::connect(paths, name)?;
         session.send(&Frame::GetFile(from.to_vec()))?;
         session.close_write()?;
-        return match receive(&mut || session.recv(), from, &base, false)? {
+        return match receive(&mut || session.recv(), from, &dst)? {
             Ok(()) => Ok(0),
             Err(msg) => {
                 eprintln!("boxdesk: cp: {msg}");
@@ -295,14 +309,17 @@ fn get(
             String::from_utf8_lossy(from)
         );
     }
-    fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    let tree = Tree::at(to, from)?;
+    tree.root
+        .dir(&[tree.top.as_slice()], true)
+        .map_err(|e| anyhow::anyhow!(refused(&tree.base, &e)))?;
     let mut failed = 0;
     for d in &dirs {
         let Some(rel) = relative(from, d) else {
             continue;
         };
-        if let Err(e) = fs::create_dir_all(base.join(&rel)) {
-            eprintln!("boxdesk: cp: {}: {e}", base.join(&rel).display());
+        if let Err(e) = tree.root.dir(&tree.comps(&rel), true) {
+            eprintln!("boxdesk: cp: {}", refused(&tree.base.join(&rel), &e));
             failed += 1;
         }
     }
@@ -318,13 +335,92 @@ fn get(
             failed += 1;
             continue;
         };
+        let dst = Dst::Beneath {
+            root: &tree.root,
+            comps: tree.comps(&rel),
+            shown: tree.base.join(&rel),
+        };
         session.send(&Frame::GetFile(f.clone()))?;
-        if let Err(msg) = receive(&mut || session.recv(), f, &base.join(&rel), true)? {
+        if let Err(msg) = receive(&mut || session.recv(), f, &dst)? {
             eprintln!("boxdesk: cp: {msg}");
             failed += 1;
         }
     }
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// Where a received tree goes: `root` is what the user named (DST when it
+/// is a directory, else DST's parent), opened as any program would open
+/// it; `top` is the tree's own directory in it, and everything from `top`
+/// down is resolved beneath `root` without following a symlink.
+struct Tree {
+    root: Beneath,
+    top: Vec<u8>,
+    /// `root/top`, for messages.
+    base: PathBuf,
+}
+
+impl Tree {
+    /// `cp -r NAME:FROM TO`: into `TO/basename(FROM)` when TO is a
+    /// directory, else into TO itself.
+    fn at(to: &Path, from: &[u8]) -> anyhow::Result<Tree> {
+        if to.is_dir() {
+            let top = plain_name(from)?.to_vec();
+            return Ok(Tree {
+                root: open_root(to)?,
+                base: to.join(OsStr::from_bytes(&top)),
+                top,
+            });
+        }
+        let Some(top) = to.file_name() else {
+            bail!("cannot copy a directory to {}", to.display());
+        };
+        let parent = match to.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Ok(Tree {
+            root: open_root(parent)?,
+            top: top.as_bytes().to_vec(),
+            base: to.to_owned(),
+        })
+    }
+
+    /// The components of `rel` (a plain relative path) below `top`.
+    fn comps<'a>(&'a self, rel: &'a Path) -> Vec<&'a [u8]> {
+        let mut v = vec![self.top.as_slice()];
+        v.extend(rel.iter().map(|c| c.as_bytes()));
+        v
+    }
+}
+
+/// The last component of a sandbox path, to be created beneath DST: a
+/// plain name, never empty, `.` or `..`.
+fn plain_name(from: &[u8]) -> anyhow::Result<&[u8]> {
+    match basename(from) {
+        b"" | b"." | b".." => bail!(
+            "{}: name a file or directory by its own name",
+            String::from_utf8_lossy(from)
+        ),
+        name => Ok(name),
+    }
+}
+
+/// Opens DST (or its parent) as the root of everything written below it.
+fn open_root(dir: &Path) -> anyhow::Result<Beneath> {
+    Beneath::open(dir).with_context(|| format!("cannot open {}", dir.display()))
+}
+
+/// A refused path, said plainly: a symlink is the one reason a user can
+/// act on.
+fn refused(path: &Path, e: &PathError) -> String {
+    match e {
+        PathError::Symlink => format!(
+            "{}: refusing to write through a symlink inside the destination (the link itself or a directory on the way)",
+            path.display()
+        ),
+        e => format!("{}: {e}", path.display()),
+    }
 }
 
 /// `find PATH -type T -print0` in the sandbox.
@@ -367,15 +463,54 @@ fn relative(base: &[u8], p: &[u8]) -> Option<PathBuf> {
         .then_some(rel)
 }
 
-/// Receives the File frames answering one GetFile into `target`. The outer
-/// error is the session failing; the inner one a refused file.
+/// Where one received file goes.
+enum Dst<'a> {
+    /// A file path the user named: opened as any program would open it
+    /// (a symlink there is the user's to choose).
+    Named(PathBuf),
+    /// A file beneath what the user named: created with no symlink
+    /// followed on the way or at the end.
+    Beneath {
+        root: &'a Beneath,
+        comps: Vec<&'a [u8]>,
+        /// The path, for messages.
+        shown: PathBuf,
+    },
+}
+
+impl Dst<'_> {
+    fn shown(&self) -> &Path {
+        match self {
+            Dst::Named(p) => p,
+            Dst::Beneath { shown, .. } => shown,
+        }
+    }
+
+    fn create(&self, mode: u32) -> Result<File, String> {
+        match self {
+            Dst::Named(p) => OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(mode)
+                .open(p)
+                .map_err(|e| format!("cannot create {}: {e}", p.display())),
+            Dst::Beneath { root, comps, shown } => root
+                .create_file(comps, mode)
+                .map_err(|e| refused(shown, &e)),
+        }
+    }
+}
+
+/// Receives the File frames answering one GetFile into `dst`. The outer
+/// error is the session failing; the inner one a refused file (whose
+/// frames are still read to its end, so the session stays in step).
 fn receive(
     next: &mut dyn FnMut() -> Result<Option<Frame>, ChannelError>,
     requested: &[u8],
-    target: &Path,
-    no_follow: bool,
+    dst: &Dst<'_>,
 ) -> anyhow::Result<Result<(), String>> {
-    let mut out: Option<File> = None;
+    let mut out: Option<Result<File, String>> = None;
     let mut written = 0u64;
     loop {
         match next()? {
@@ -389,29 +524,21 @@ fn receive(
                 if path != requested || offset != written {
                     bail!("the agent sent a file frame out of order");
                 }
-                let f = match &mut out {
-                    Some(f) => f,
-                    None => {
-                        let mut opts = OpenOptions::new();
-                        opts.write(true)
-                            .create(true)
-                            .truncate(true)
-                            .mode(mode & 0o777);
-                        if no_follow {
-                            opts.custom_flags(libc::O_NOFOLLOW);
-                        }
-                        let f = opts
-                            .open(target)
-                            .with_context(|| format!("cannot create {}", target.display()))?;
-                        out.insert(f)
-                    }
-                };
-                f.write_all(&data)
-                    .with_context(|| format!("writing {}", target.display()))?;
+                let f = out.get_or_insert_with(|| dst.create(mode & 0o777));
+                if let Ok(f) = f {
+                    f.write_all(&data)
+                        .with_context(|| format!("writing {}", dst.shown().display()))?;
+                }
                 written += data.len() as u64;
                 if written >= total_size {
-                    f.set_permissions(fs::Permissions::from_mode(mode & 0o777))?;
-                    return Ok(Ok(()));
+                    return Ok(match out {
+                        Some(Ok(f)) => {
+                            f.set_permissions(fs::Permissions::from_mode(mode & 0o777))?;
+                            Ok(())
+                        }
+                        Some(Err(msg)) => Err(msg),
+                        None => Ok(()),
+                    });
                 }
             }
             Some(Frame::Error(msg)) => {
@@ -458,6 +585,14 @@ mod tests {
         assert_eq!(relative(b"/w", b"/w/../etc/passwd"), None);
         assert_eq!(relative(b"/w", b"/wx/a"), None);
         assert_eq!(relative(b"/", b"/etc"), Some(PathBuf::from("etc")));
+    }
+
+    #[test]
+    fn only_a_plain_last_name_is_created_beneath_dst() {
+        assert_eq!(plain_name(b"/w/tree").unwrap(), b"tree");
+        for p in [&b"/"[..], b"/w/..", b"/w/."] {
+            assert!(plain_name(p).is_err(), "{p:?}");
+        }
     }
 
     #[test]

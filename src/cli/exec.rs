@@ -7,16 +7,27 @@
 //!
 //! File frames that follow Exit (the sandbox's `/results`) are not waited
 //! for: exec returns at Exit; `boxdesk cp NAME:/results/… DST` fetches them.
+//!
+//! A peer that stalls never holds a client: getting through (the connect,
+//! the hybrid preamble, the handshake) takes at most [`CONNECT_TIMEOUT`],
+//! then a message naming the sandbox and exit 125; until the command runs
+//! no signal is blocked, so SIGTERM/SIGINT end the client at once; once
+//! it runs they are forwarded, and an agent that answers nothing for
+//! [`SIGNAL_GRACE`] after one is given up on (exit 125).
+//!
 //! This module must never buffer a command's output beyond one frame
-//! (except in [`capture`], which is bounded) and never leave the terminal
-//! in raw mode.
+//! (except in [`capture`], which is bounded), never block the main thread
+//! on the agent without a limit, and never leave the terminal in raw mode.
 
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use boxdesk::control::client::{self, CONNECT_TIMEOUT};
 use boxdesk::control::ClientError;
 use boxdesk_channel::{
     ChannelError, Exec, Frame, FrameWriter, SecretBytes, Session, Stream, AGENT_PORT,
@@ -34,13 +45,24 @@ pub const DEFAULT_CWD: &str = "/work";
 const STDIN_CHUNK: usize = 64 * 1024;
 /// Most stdout [`capture`] keeps.
 const CAPTURE_MAX: usize = 64 << 20;
+/// After a forwarded SIGINT, SIGTERM, SIGHUP or SIGQUIT, how long the
+/// client waits for any word from the agent (output, Exit, anything)
+/// before it takes the sandbox as stalled and ends (exit 125). A command
+/// that keeps talking keeps its client; one that handles the signal in
+/// silence this long ends with it (the agent kills the exec of a client
+/// that is gone).
+pub const SIGNAL_GRACE: Duration = Duration::from_secs(10);
+/// How long a frame the agent has begun may take to arrive whole.
+const FRAME_STALL: Duration = Duration::from_secs(10);
+/// How soon a signal frame the writer was too busy for is tried again.
+const RETRY_SEND: Duration = Duration::from_millis(20);
 
 /// `boxdesk exec NAME [opts] -- CMD ARGS…`.
 pub fn exec_named(name: &str, opts: &ExecOpts, command: &[OsString]) -> anyhow::Result<i32> {
     let (_, paths) = super::sandbox_paths(name)?;
     let exec = build_exec(opts, command)?;
     let session = connect(&paths, name)?;
-    run_session(session, exec, opts.tty)
+    run_session(session, exec, opts.tty, name)
 }
 
 /// `boxdesk shell NAME`: `exec -t /bin/sh`.
@@ -54,18 +76,21 @@ pub fn shell(name: &str) -> anyhow::Result<i32> {
     exec_named(name, &opts, &["/bin/sh".into()])
 }
 
-/// Opens an AGCH session with sandbox `name` through its hybrid socket.
+/// Opens an AGCH session with sandbox `name` through its hybrid socket:
+/// the connect, the preamble and the handshake together within
+/// [`CONNECT_TIMEOUT`], or a clear error naming the sandbox.
 pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Session> {
-    match Session::connect_hybrid(&paths.agent, AGENT_PORT) {
+    let started = Instant::now();
+    let stream = client::connect_socket(&paths.agent, name, "agent socket")?;
+    let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
+    match Session::hybrid_over(stream, AGENT_PORT, left) {
         Ok(s) => Ok(s),
-        Err(ChannelError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
-            ) =>
-        {
-            Err(ClientError::NoSuchSandbox(name.to_owned()).into())
+        Err(ChannelError::Io(e)) if client::is_timeout(&e) => Err(ClientError::Stalled {
+            name: name.to_owned(),
+            socket: "agent socket",
+            after: CONNECT_TIMEOUT,
         }
+        .into()),
         Err(e) => Err(e).with_context(|| format!("cannot reach the agent of sandbox {name}")),
     }
 }
@@ -146,11 +171,14 @@ fn send(w: &Writer, frame: &Frame) -> Result<(), ChannelError> {
     boxdesk::sync::lock(w).write_frame(frame)
 }
 
-/// Runs one exec on `session`, streaming it to this process's stdio, and
-/// returns the exit code. The main thread waits on the socket and the
-/// forwarded signals together; stdin is read by its own thread (none when
-/// stdin is `/dev/null`: its EOF is sent at once).
-pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Result<i32> {
+/// Runs one exec on `session` with sandbox `name`, streaming it to this
+/// process's stdio, and returns the exit code. The main thread waits on the
+/// socket and the forwarded signals together; stdin is read by its own
+/// thread (none when stdin is `/dev/null`: its EOF is sent at once). A
+/// terminating signal the agent does not answer within [`SIGNAL_GRACE`]
+/// ends the client, and so does a frame left half-sent for 10 s: the main
+/// thread never blocks on the agent without a limit.
+pub fn run_session(mut session: Session, exec: Exec, pty: bool, name: &str) -> anyhow::Result<i32> {
     let signals = tty::forwarded_signals();
     tty::block(&signals).context("blocking signals")?;
     let mut signals = Signals::new(&signals).context("watching signals")?;
@@ -162,6 +190,12 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Resul
     session.send(&frame).context("sending the command")?;
     let raw = if pty { tty::RawMode::enter() } else { None };
     let (mut reader, writer) = session.into_split();
+    // Only reads of a frame already begun can wait (poll says when one
+    // starts): the agent writes frames whole.
+    reader
+        .get_ref()
+        .set_read_timeout(Some(FRAME_STALL))
+        .context("setting the read timeout")?;
     let writer: Writer = Arc::new(Mutex::new(writer));
 
     if tty::stdin_is_dev_null() {
@@ -175,35 +209,90 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool) -> anyhow::Resul
     }
 
     let mut interrupts = 0;
+    // Set by a forwarded terminating signal; cleared by any frame.
+    let mut answer_by: Option<(Instant, Signal)> = None;
+    // Signal and Resize frames not written yet (the writer was busy).
+    let mut unsent: VecDeque<Frame> = VecDeque::new();
     let outcome = loop {
         if reader.buffered() == 0 {
-            let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &signals)?;
+            send_pending(&writer, &mut unsent);
+            let mut wait = answer_by.map(|(at, _)| at.saturating_duration_since(Instant::now()));
+            if !unsent.is_empty() {
+                wait = Some(wait.map_or(RETRY_SEND, |w| w.min(RETRY_SEND)));
+            }
+            let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &signals, wait)?;
             if sig_ready {
                 while let Some(sig) = signals.next() {
-                    forward_signal(&writer, sig, pty, &mut interrupts);
+                    let Some(frame) = signal_frame(sig, pty, &mut interrupts) else {
+                        continue;
+                    };
+                    if matches!(frame, Frame::Signal(_)) && answer_by.is_none() {
+                        answer_by = Some((Instant::now() + SIGNAL_GRACE, sig));
+                    }
+                    unsent.push_back(frame);
                 }
+                send_pending(&writer, &mut unsent);
             }
             if !sock_ready {
-                continue;
+                match answer_by {
+                    Some((at, sig)) if Instant::now() >= at => {
+                        tty::restore();
+                        eprintln!(
+                            "boxdesk: sandbox {name} did not answer within {} s of {sig}; giving up",
+                            SIGNAL_GRACE.as_secs()
+                        );
+                        break EXIT_BOXDESK;
+                    }
+                    _ => continue,
+                }
             }
         }
-        if let Some(code) = next_output(&mut reader)? {
-            break code;
+        answer_by = None;
+        match next_output(&mut reader) {
+            Ok(Some(code)) => break code,
+            Ok(None) => {}
+            Err(e) => {
+                tty::restore();
+                let stalled = matches!(
+                    e.downcast_ref::<ChannelError>(),
+                    Some(ChannelError::Io(io)) if client::is_timeout(io)
+                );
+                if stalled {
+                    return Err(ClientError::Stalled {
+                        name: name.to_owned(),
+                        socket: "agent socket",
+                        after: FRAME_STALL,
+                    }
+                    .into());
+                }
+                return Err(e);
+            }
         }
     };
     drop(raw);
     Ok(outcome)
 }
 
-/// Polls the session socket and the signals; which are readable.
-fn wait_readable(sock: &Stream, signals: &Signals) -> anyhow::Result<(bool, bool)> {
+/// Polls the session socket and the signals, at most `wait` (`None`: no
+/// limit); which are readable.
+fn wait_readable(
+    sock: &Stream,
+    signals: &Signals,
+    wait: Option<Duration>,
+) -> anyhow::Result<(bool, bool)> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let timeout = match wait {
+        None => PollTimeout::NONE,
+        // Rounded up, so a wait never ends just before its deadline.
+        Some(d) => PollTimeout::try_from(d.as_millis().saturating_add(1).min(60_000) as u32)
+            .unwrap_or(PollTimeout::MAX),
+    };
     loop {
         let mut fds = [
             PollFd::new(sock.as_fd(), PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
-        match poll(&mut fds, PollTimeout::NONE) {
+        match poll(&mut fds, timeout) {
             Ok(_) => {
                 let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
                 return Ok((ready(&fds[0]), ready(&fds[1])));
@@ -233,23 +322,54 @@ fn forward_stdin(w: &Writer) {
     let _ = send(w, &Frame::Stdin(SecretBytes::default()));
 }
 
-/// SIGWINCH becomes Resize (PTY only); SIGINT/TERM/HUP/QUIT become Signal
-/// frames for the command's process group. A third interrupt gives up on
-/// the agent and exits at once.
-fn forward_signal(w: &Writer, sig: Signal, pty: bool, interrupts: &mut u32) {
-    let frame = match sig {
-        Signal::SIGWINCH if pty => Frame::Resize(tty::window_size()),
-        Signal::SIGWINCH => return,
+/// SIGWINCH becomes Resize (PTY only; `None` otherwise); SIGINT/TERM/HUP/
+/// QUIT become Signal frames for the command's process group. A third
+/// interrupt gives up on the agent and exits at once.
+fn signal_frame(sig: Signal, pty: bool, interrupts: &mut u32) -> Option<Frame> {
+    match sig {
+        Signal::SIGWINCH if pty => Some(Frame::Resize(tty::window_size())),
+        Signal::SIGWINCH => None,
         other => {
             *interrupts += 1;
             if *interrupts >= 3 {
                 tty::restore();
                 std::process::exit(128 + other as i32);
             }
-            Frame::Signal(other as i32)
+            Some(Frame::Signal(other as i32))
         }
+    }
+}
+
+/// Writes the frames in `unsent`, in order, as far as that is possible
+/// without waiting: never while the stdin thread holds the writer (it may
+/// be blocked on a peer that does not read), never into a full socket.
+fn send_pending(w: &Writer, unsent: &mut VecDeque<Frame>) {
+    if unsent.is_empty() {
+        return;
+    }
+    let Ok(mut w) = w.try_lock() else {
+        return;
     };
-    let _ = send(w, &frame);
+    while let Some(frame) = unsent.front() {
+        if !writable_now(w.get_ref()) {
+            return;
+        }
+        // A failed write will not succeed later: the frame is dropped, and
+        // the session's end shows on the read side.
+        let _ = w.write_frame(frame);
+        unsent.pop_front();
+    }
+}
+
+/// Whether a small frame can be written without waiting: a Unix socket
+/// polls writable only while at most a quarter of its buffer is in use.
+fn writable_now(sock: &Stream) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLOUT)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLOUT))
 }
 
 /// Handles one frame of output; `Some(code)` once the exec is over.

@@ -245,7 +245,9 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
     let deadline = Instant::now() + STOP_WAIT;
     match client.stop() {
         Ok(()) => {}
-        Err(e @ (ClientError::Io(_) | ClientError::Malformed(_))) if started.is_some() => {
+        Err(e @ (ClientError::Io(_) | ClientError::Malformed(_) | ClientError::Stalled { .. }))
+            if started.is_some() =>
+        {
             tracing::warn!("{name} did not answer stop: {e}");
         }
         Err(e) => return Err(e.into()),

@@ -348,7 +348,22 @@ fn init_logging(verbose: bool) {
     };
 }
 
+/// Raises a server's open-file soft limit to the hard limit (`__vmm` and
+/// `cowork`), so a burst of connections meets the servers' own cap and
+/// its clear refusal before `EMFILE`; says so in the log.
+pub fn raise_nofile() {
+    match boxdesk_platform::limits::raise_nofile() {
+        Ok(n) if n.now != n.before => {
+            tracing::info!("open-file limit raised from {} to {}", n.before, n.now)
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("{e}; a burst of connections may run out of descriptors"),
+    }
+}
+
 fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
+    raise_nofile();
+    boxdesk::conn::few_malloc_arenas();
     let backend: Backend = a.backend.parse()?;
     let backend = backend.resolve()?;
     let foreground = a.foreground;

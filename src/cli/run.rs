@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use boxdesk::control::ControlClient;
-use boxdesk_channel::{Session, AGENT_PORT};
 use boxdesk_platform::{names, socket, SandboxPaths};
 
 use super::{exec, tty, ExecOpts};
@@ -111,8 +110,7 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
         ControlClient::connect(&paths.sock, &name)?
             .info()
             .context("the new sandbox does not answer info")?;
-        Session::connect_hybrid(&paths.agent, AGENT_PORT)
-            .context("the new sandbox's agent does not answer")?;
+        exec::connect(&paths, &name).context("the new sandbox's agent does not answer")?;
         if generated {
             eprintln!("boxdesk: started sandbox {name}");
         }
@@ -123,7 +121,7 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     if generated && req.command.is_empty() {
         eprintln!("boxdesk: sandbox {name} (exit the shell to stop it)");
     }
-    let outcome = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, pty));
+    let outcome = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, pty, &name));
     helper.stop(&paths, &name);
     outcome
 }
@@ -379,7 +377,7 @@ pub fn timed_start(req: &RunRequest) -> anyhow::Result<BootTimes> {
         .wait_ready()
         .with_context(|| format!("sandbox {name} failed to start"))?;
     let ready = t0.elapsed();
-    let code = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, false));
+    let code = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, false, &name));
     let first_exec = t0.elapsed();
     let helper_rss_kib = helper_rss_kib(
         helper.child.id(),

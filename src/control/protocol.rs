@@ -121,6 +121,11 @@ impl LineBuffer {
         LINE_MAX - self.buf.len()
     }
 
+    /// Whether no byte of a next line has arrived.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// Appends received bytes; at most [`LineBuffer::room`] of them.
     pub fn push(&mut self, bytes: &[u8]) {
         let take = bytes.len().min(self.room());

@@ -1,22 +1,32 @@
-//! Serving the control socket: one blocking thread per connection, each
-//! reading request lines and answering them from a [`Sandbox`].
+//! Serving the control socket: a lobby thread ([`crate::conn::lobby`])
+//! holds each new connection until its first request line is complete,
+//! then the connection gets a blocking thread of its own that reads
+//! request lines and answers them from a [`Sandbox`].
 //!
 //! This module owns the per-connection rules of DESIGN.md's "Host control
 //! socket": peers of another uid are refused, a bad line ends only its own
 //! connection, the connection stays open after `info` and `err` replies,
-//! and `stop` is answered `ok` before teardown begins. It must never panic
-//! or exit on anything a peer sends, and never let one connection's write
-//! (EPIPE, a peer that does not read) stall another.
+//! and `stop` is answered `ok` before teardown begins. It also owns its
+//! limits: at most [`MAX_CONNECTIONS`] at once (then `err too many
+//! connections` and close), a first line within [`STALL_TIMEOUT`] of
+//! connecting and any later line within [`STALL_TIMEOUT`] of its first
+//! byte (else `err no complete request line within 10 s` and close). A
+//! connection idle *between* lines is not stalled and stays: a client may
+//! hold one open (a `display` or `input` stream will live for hours).
+//! It must never panic or exit on anything a peer sends, and never let one
+//! connection's write (EPIPE, a peer that does not read) stall another.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use boxdesk_platform::socket::ensure_same_uid;
 
-use super::protocol::{self, LineBuffer, Request};
+use super::protocol::{self, LineBuffer, Request, LINE_MAX};
+use crate::conn::lobby::{self, Admitted, Rules};
+use crate::conn::{Admission, MAX_CONNECTIONS, STALL_TIMEOUT};
 
 /// How long a reply may wait for a peer that does not read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,7 +35,30 @@ const DRAIN_TIME: Duration = Duration::from_millis(200);
 /// How much of it, at most.
 const DRAIN_MAX: usize = 256 * 1024;
 /// Stack of a connection thread: lines are at most 4 KiB and live on the heap.
-const THREAD_STACK: usize = 64 * 1024;
+/// Only the pages touched are resident (about 12 KiB); the size matters
+/// after a crowd of connections has gone: glibc keeps up to 40 MiB of
+/// exited threads' stacks, counted by size, so 64 KiB stacks left ~600 of
+/// them (7 MiB) resident after 900 relays, 512 KiB ones leave ~80 (1 MiB).
+const THREAD_STACK: usize = 512 * 1024;
+
+/// Sent to a peer refused past [`MAX_CONNECTIONS`].
+pub const TOO_MANY: &str = "err too many connections\n";
+/// Sent to a peer whose request line is not complete in time.
+pub const STALLED: &str = "err no complete request line within 10 s\n";
+const FOREIGN: &str = "err permission denied: peer runs as another uid\n";
+
+/// A line (or a NUL, refused at once) is a request to hand on.
+fn line_or_nul(b: &[u8]) -> bool {
+    b.iter().any(|&c| c == b'\n' || c == 0)
+}
+
+const RULES: Rules = Rules {
+    complete: line_or_nul,
+    line_max: LINE_MAX,
+    full: TOO_MANY.as_bytes(),
+    stalled: STALLED.as_bytes(),
+    foreign: FOREIGN.as_bytes(),
+};
 
 /// What the control socket reports on and acts on.
 pub trait Sandbox: Send + Sync + 'static {
@@ -36,28 +69,25 @@ pub trait Sandbox: Send + Sync + 'static {
     fn stop(&self);
 }
 
-/// Accepts connections forever, one thread each. Returns only when
-/// `accept` fails in a way that will not get better.
+/// Accepts connections forever: each, once its first line is in, on a
+/// thread of its own. Returns only when `accept` fails in a way that will
+/// not get better.
 pub fn serve(listener: UnixListener, sandbox: Arc<dyn Sandbox>) -> io::Error {
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let sandbox = Arc::clone(&sandbox);
-                let spawned = std::thread::Builder::new()
-                    .name("control".into())
-                    .stack_size(THREAD_STACK)
-                    .spawn(move || handle(stream, &*sandbox));
-                if let Err(e) = spawned {
-                    tracing::warn!("cannot start a control connection thread: {e}");
-                }
-            }
-            Err(e) if transient(&e) => {
-                tracing::warn!("control accept: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return e,
+    let admission = Admission::new("control socket", MAX_CONNECTIONS);
+    let flood = Arc::clone(&admission);
+    lobby::serve(listener, &RULES, &admission, move |a: Admitted| {
+        let sandbox = Arc::clone(&sandbox);
+        let spawned = std::thread::Builder::new()
+            .name("control".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                let _slot = a.slot;
+                converse(a.stream, &a.first, &*sandbox);
+            });
+        if let Err(e) = spawned {
+            flood.flood(format_args!("cannot start a connection thread: {e}"));
         }
-    }
+    })
 }
 
 /// Errors after which `accept` can succeed again (a peer that vanished,
@@ -80,30 +110,60 @@ pub(crate) fn transient(e: &io::Error) -> bool {
 
 /// Serves one connection until the peer closes, a line is refused, or a
 /// write fails. Errors end this connection only.
-pub fn handle(mut stream: UnixStream, sandbox: &dyn Sandbox) {
+pub fn handle(stream: UnixStream, sandbox: &dyn Sandbox) {
     if let Err(e) = ensure_same_uid(&stream) {
         tracing::warn!("control: refused a peer: {e}");
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        let _ = stream.write_all(b"err permission denied: peer runs as another uid\n");
+        let _ = (&stream).write_all(FOREIGN.as_bytes());
         let _ = stream.shutdown(Shutdown::Both);
         return;
     }
+    converse(stream, &[], sandbox);
+}
+
+/// [`handle`] for a peer already checked, `first` being what it sent so
+/// far.
+fn converse(mut stream: UnixStream, first: &[u8], sandbox: &dyn Sandbox) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut lines = LineBuffer::new();
+    lines.push(first);
     let mut chunk = [0u8; 1024];
+    // When the line being read began; the read timeout last set.
+    let mut began: Option<Instant> = None;
+    let mut timeout: Option<Duration> = None;
     loop {
         loop {
             match lines.next_line() {
-                Ok(Some(line)) => match answer(&mut stream, &line, sandbox) {
-                    Step::Continue => {}
-                    Step::Close => return,
-                },
+                Ok(Some(line)) => {
+                    began = None;
+                    match answer(&mut stream, &line, sandbox) {
+                        Step::Continue => {}
+                        Step::Close => return,
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => return close_with(stream, &e.reply()),
             }
         }
-        let want = lines.room().min(chunk.len());
-        match stream.read(&mut chunk[..want]) {
+        // Idle between lines: no limit. Inside a line: what is left of it.
+        let want = if lines.is_empty() {
+            began = None;
+            None
+        } else {
+            let at = *began.get_or_insert_with(Instant::now) + STALL_TIMEOUT;
+            match at.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => return close_with(stream, STALLED),
+            }
+        };
+        if want != timeout {
+            if stream.set_read_timeout(want).is_err() {
+                return;
+            }
+            timeout = want;
+        }
+        let room = lines.room().min(chunk.len());
+        match stream.read(&mut chunk[..room]) {
             Ok(0) => {
                 if let Err(e) = lines.finish() {
                     let _ = stream.write_all(e.reply().as_bytes());
@@ -112,6 +172,14 @@ pub fn handle(mut stream: UnixStream, sandbox: &dyn Sandbox) {
             }
             Ok(n) => lines.push(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return close_with(stream, STALLED);
+            }
             Err(_) => return,
         }
     }
@@ -256,6 +324,19 @@ mod tests {
         let mut all = String::new();
         c.read_to_string(&mut all).unwrap();
         assert_eq!(all, "err no display\nerr no display\n");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_line_begun_and_not_finished_within_the_stall_timeout_is_dropped_with_err() {
+        let (mut c, t) = pair();
+        c.write_all(b"info\nin").unwrap();
+        let start = Instant::now();
+        let mut all = String::new();
+        c.read_to_string(&mut all).unwrap();
+        assert!(all.starts_with("ok\nproto 1\n"), "{all}");
+        assert!(all.ends_with(STALLED), "{all}");
+        assert!(start.elapsed() >= STALL_TIMEOUT - Duration::from_millis(50));
         t.join().unwrap();
     }
 

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
@@ -25,6 +24,8 @@ use super::logged;
 use super::methods;
 use super::profile::{Profile, ProfileKey};
 use super::wire::{self, Request};
+use crate::conn::stall::{next_frame, Timed};
+use crate::conn::{Admission, MAX_CONNECTIONS};
 
 /// Turns debug logging on or off.
 pub type DebugSwitch = Box<dyn Fn(bool) + Send + Sync>;
@@ -124,21 +125,43 @@ impl Server {
     }
 }
 
-/// Accepts connections forever.
+/// Accepts connections forever, at most [`MAX_CONNECTIONS`] at once: past
+/// that a peer gets one error frame (`{"success":false,"error":"too many
+/// connections"}`, written without waiting) and is closed. A peer owes its
+/// first frame within [`crate::conn::STALL_TIMEOUT`] of connecting, and
+/// any frame it begins within as long of its first byte (else a `bad
+/// frame: no complete frame within 10 s` reply and close); idle between
+/// frames is normal (a pipe, a subscription) and stays.
 pub async fn serve(server: Arc<Server>, listener: UnixListener) {
+    let admission = Admission::new("cowork socket", MAX_CONNECTIONS);
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(connection(server.clone(), stream));
+                let Some(slot) = admission.try_admit() else {
+                    let _ = stream.try_write(&reply_frame(None, Err(TOO_MANY.into())));
+                    continue;
+                };
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    connection(server, stream).await;
+                });
             }
             Err(e) => {
-                // EMFILE and friends: wait a little rather than spin.
-                tracing::warn!("accept: {e}");
+                // EMFILE and friends: wait a little rather than spin, and
+                // say so once, not twenty times a second.
+                admission.flood(format_args!("accept: {e}"));
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
     }
 }
+
+/// The read buffer a connection starts with.
+const FIRST_READ: usize = 512;
+
+/// The error of the frame sent to a peer refused past the cap.
+pub const TOO_MANY: &str = "too many connections";
 
 enum Out {
     Frame(Bytes),
@@ -196,10 +219,12 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
             }
         }
     });
-    let mut frames = FramedRead::new(rd, wire::codec());
+    // A small first buffer: the codec reserves a frame's whole length once
+    // it has read it, and an idle peer costs no more than this.
+    let mut frames = FramedRead::with_capacity(rd, Timed::new(wire::codec()), FIRST_READ);
     let mut bound: Option<Arc<Profile>> = None;
     let mut subscribed = false;
-    while let Some(frame) = frames.next().await {
+    while let Some(frame) = next_frame(&mut frames).await {
         let mut body = match frame {
             Ok(b) => b,
             Err(e) => {

@@ -2,35 +2,63 @@
 //! `CONNECT 1024\n`, gets `OK <n>\n`, and from then on its bytes are copied
 //! to a fresh connection to the agent's own Unix socket and back.
 //!
-//! This module owns the preamble and the byte copying: one thread per
-//! connection (started ahead of need) relaying both ways over non-blocking
-//! sockets and `poll`,
-//! a 64 KiB buffer per direction, a half-close passed on as a half-close,
-//! any error ending that connection only. It must never look inside the AGCH
-//! stream, never buffer more than one read per direction, and never let a
-//! peer of another uid through.
+//! This module owns the preamble and the byte copying: a lobby thread
+//! ([`crate::conn::lobby`]) holds each new connection until its preamble
+//! line is in, then a relay thread ([`crate::conn::workers`], reused)
+//! copies both ways over non-blocking sockets and `poll`, with a 64 KiB
+//! buffer per direction held only while bytes flow, a half-close passed
+//! on as a half-close, and any error ending that connection only. Limits: at most
+//! [`MAX_CONNECTIONS`] at once (then `ERR too many connections`), a
+//! preamble within [`crate::conn::STALL_TIMEOUT`] of connecting (else `ERR
+//! no preamble in time`). Once relayed a connection is the agent's: it
+//! stays as long as both ends keep it (an exec can run for hours), and the
+//! agent applies its own rules to the session inside. It must never look
+//! inside the AGCH stream, never buffer more than one read per direction,
+//! and never let a peer of another uid through.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use boxdesk_channel::AGENT_PORT;
-use boxdesk_platform::socket::ensure_same_uid;
 use boxdesk_platform::SUN_PATH_MAX;
+
+use crate::conn::lobby::{self, Admitted, Rules};
+use crate::conn::workers::Workers;
+use crate::conn::{Admission, MAX_CONNECTIONS};
 
 /// Longest `CONNECT <port>\n` line read.
 const PREAMBLE_MAX: usize = 64;
-/// How long a client may take to send its preamble.
-const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Copy buffer per direction.
+/// Copy buffer per direction, while bytes flow.
 const COPY_BUF: usize = 64 * 1024;
 /// Stack of a relay thread (its buffers are on the heap).
-const THREAD_STACK: usize = 64 * 1024;
+/// Only the pages touched are resident (about 12 KiB); the size matters
+/// after a crowd of connections has gone: glibc keeps up to 40 MiB of
+/// exited threads' stacks, counted by size, so 64 KiB stacks left ~600 of
+/// them (7 MiB) resident after 900 relays, 512 KiB ones leave ~80 (1 MiB).
+const THREAD_STACK: usize = 512 * 1024;
+/// Most relay threads kept idle for the next connection.
+const IDLE_MAX: usize = 2;
+
+/// Sent to a client refused past [`MAX_CONNECTIONS`].
+pub const TOO_MANY: &str = "ERR too many connections\n";
+/// Sent to a client whose preamble is not in within the stall timeout.
+pub const STALLED: &str = "ERR no preamble in time\n";
+
+fn has_newline(b: &[u8]) -> bool {
+    b.contains(&b'\n')
+}
+
+const RULES: Rules = Rules {
+    complete: has_newline,
+    line_max: PREAMBLE_MAX,
+    full: TOO_MANY.as_bytes(),
+    stalled: STALLED.as_bytes(),
+    foreign: b"ERR permission denied\n",
+};
 
 /// The agent's listening socket as the helper reaches it: by path when the
 /// path fits in `sun_path`, else through `/proc/self/fd/<dir>/<file>`.
@@ -70,93 +98,21 @@ impl AgentAddr {
     }
 }
 
-/// Serves hybrid connections forever, one thread each. The threads take
-/// turns in `accept` themselves (leader/followers), so a connection wakes
-/// exactly one thread, which handles it at once; whenever the last idle one
-/// takes a connection, a new one is started to accept the next, and at
-/// most [`IDLE_MAX`] stay around idle. The calling thread is one of them
-/// for good; it returns only when `accept` fails for good.
+/// Serves hybrid connections forever: the calling thread is the lobby,
+/// each connection with its preamble in goes to a relay thread. Returns
+/// only when `accept` fails for good.
 pub fn serve(listener: UnixListener, agent: Arc<AgentAddr>) -> io::Error {
-    let pool = Arc::new(Pool {
-        listener,
-        idle: AtomicUsize::new(1),
-        port: AtomicU32::new(49152),
-        agent,
-    });
-    pool.grow();
-    loop {
-        if let Err(e) = pool.take_one() {
-            return e;
+    let admission = Admission::new("agent socket", MAX_CONNECTIONS);
+    let workers = Workers::new("agent-fwd", THREAD_STACK, IDLE_MAX);
+    let flood = Arc::clone(&admission);
+    let mut port: u32 = 49152;
+    lobby::serve(listener, &RULES, &admission, move |a: Admitted| {
+        port = port.wrapping_add(1);
+        let (agent, host_port) = (Arc::clone(&agent), port);
+        if let Err(e) = workers.run(move || handle(a, &agent, host_port)) {
+            flood.flood(format_args!("cannot start a relay thread: {e}"));
         }
-        pool.idle.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// Most threads kept idle in `accept`.
-const IDLE_MAX: usize = 2;
-
-/// The listener and the threads taking turns on it.
-struct Pool {
-    listener: UnixListener,
-    /// Threads in (or about to enter) `accept`.
-    idle: AtomicUsize,
-    port: AtomicU32,
-    agent: Arc<AgentAddr>,
-}
-
-impl Pool {
-    fn grow(self: &Arc<Self>) {
-        let pool = Arc::clone(self);
-        self.idle.fetch_add(1, Ordering::SeqCst);
-        let spawned = std::thread::Builder::new()
-            .name("agent-fwd".into())
-            .stack_size(THREAD_STACK)
-            .spawn(move || pool.work());
-        if let Err(e) = spawned {
-            self.idle.fetch_sub(1, Ordering::SeqCst);
-            tracing::warn!("cannot start an agent forwarding thread: {e}");
-        }
-    }
-
-    /// A follower: serves connections until too many threads are idle.
-    fn work(self: Arc<Self>) {
-        loop {
-            if self.take_one().is_err() {
-                return;
-            }
-            if self.idle.fetch_add(1, Ordering::SeqCst) >= IDLE_MAX {
-                self.idle.fetch_sub(1, Ordering::SeqCst);
-                return;
-            }
-        }
-    }
-
-    /// Accepts one connection and serves it to the end. Called as an idle
-    /// thread; returns as a busy one, or no longer counted at all with the
-    /// error that ends serving.
-    fn take_one(self: &Arc<Self>) -> Result<(), io::Error> {
-        loop {
-            match self.listener.accept() {
-                Ok((client, _)) => {
-                    // The last idle thread starts the next one before it works.
-                    if self.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
-                        self.grow();
-                    }
-                    let port = self.port.fetch_add(1, Ordering::Relaxed) + 1;
-                    handle(client, &self.agent, port);
-                    return Ok(());
-                }
-                Err(e) if crate::control::server::transient(&e) => {
-                    tracing::warn!("agent accept: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => {
-                    self.idle.fetch_sub(1, Ordering::SeqCst);
-                    return Err(e);
-                }
-            }
-        }
-    }
+    })
 }
 
 /// What a preamble asked for.
@@ -180,20 +136,20 @@ pub fn parse_preamble(line: &[u8]) -> Preamble {
     }
 }
 
-fn handle(mut client: UnixStream, agent: &AgentAddr, host_port: u32) {
-    if let Err(e) = ensure_same_uid(&client) {
-        tracing::warn!("agent socket: refused a peer: {e}");
-        let _ = client.write_all(b"ERR permission denied\n");
-        return;
-    }
-    let (line, extra) = match read_preamble(&mut client) {
+fn handle(a: Admitted, agent: &AgentAddr, host_port: u32) {
+    let Admitted {
+        stream: mut client,
+        first,
+        slot: _slot,
+    } = a;
+    let (line, extra) = match split_preamble(&first) {
         Ok(parts) => parts,
         Err(why) => {
             let _ = client.write_all(format!("ERR {why}\n").as_bytes());
             return;
         }
     };
-    match parse_preamble(&line) {
+    match parse_preamble(line) {
         Preamble::Connect(AGENT_PORT) => {}
         Preamble::Connect(other) => {
             let _ = client.write_all(
@@ -215,41 +171,28 @@ fn handle(mut client: UnixStream, agent: &AgentAddr, host_port: u32) {
             return;
         }
     };
-    if client.set_read_timeout(None).is_err()
-        || client
-            .write_all(format!("OK {host_port}\n").as_bytes())
-            .is_err()
+    if client
+        .write_all(format!("OK {host_port}\n").as_bytes())
+        .is_err()
     {
         return;
     }
-    relay(client, upstream, extra);
+    relay(client, upstream, extra.to_vec());
 }
 
-/// Reads up to the preamble's `\n`; bytes after it belong to the stream.
-fn read_preamble(client: &mut UnixStream) -> Result<(Vec<u8>, Vec<u8>), &'static str> {
-    client
-        .set_read_timeout(Some(PREAMBLE_TIMEOUT))
-        .map_err(|_| "socket error")?;
-    let mut buf = [0u8; PREAMBLE_MAX];
-    let mut have = 0;
-    loop {
-        if let Some(i) = buf[..have].iter().position(|&b| b == b'\n') {
-            return Ok((buf[..i].to_vec(), buf[i + 1..have].to_vec()));
-        }
-        if have == buf.len() {
-            return Err("preamble line too long");
-        }
-        match client.read(&mut buf[have..]) {
-            Ok(0) => return Err("closed before the preamble ended"),
-            Ok(n) => have += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err("no preamble in time"),
-        }
+/// The preamble line (without `\n`) and the stream bytes after it, from
+/// what the lobby read: a whole line, or a refusal.
+fn split_preamble(first: &[u8]) -> Result<(&[u8], &[u8]), &'static str> {
+    match first.iter().position(|&b| b == b'\n') {
+        Some(i) => Ok((&first[..i], &first[i + 1..])),
+        None if first.len() >= PREAMBLE_MAX => Err("preamble line too long"),
+        None => Err("closed before the preamble ended"),
     }
 }
 
 /// One direction of a relay: bytes read from one side, not yet written to
-/// the other.
+/// the other. Its buffer exists only while bytes flow: a relay idle both
+/// ways (an exec running quietly for hours) holds none.
 struct Dir {
     buf: Vec<u8>,
     start: usize,
@@ -262,15 +205,19 @@ struct Dir {
 
 impl Dir {
     fn new(pending: Vec<u8>) -> Self {
-        let end = pending.len();
-        let mut buf = pending;
-        buf.resize(COPY_BUF.max(end), 0);
         Dir {
-            buf,
+            end: pending.len(),
+            buf: pending,
             start: 0,
-            end,
             eof: false,
             shut: false,
+        }
+    }
+
+    /// Gives the buffer back when nothing is pending (before a wait).
+    fn release_if_idle(&mut self) {
+        if !self.pending() && self.buf.capacity() > 0 {
+            self.buf = Vec::new();
         }
     }
 
@@ -285,6 +232,9 @@ impl Dir {
         }
         self.start = 0;
         self.end = 0;
+        if self.buf.len() < COPY_BUF {
+            self.buf = vec![0u8; COPY_BUF];
+        }
         match from.read(&mut self.buf) {
             Ok(0) => self.eof = true,
             Ok(n) => self.end = n,
@@ -371,6 +321,8 @@ fn relay(mut client: UnixStream, mut agent: UnixStream, first: Vec<u8>) {
         if fds.is_empty() {
             break;
         }
+        up.release_if_idle();
+        down.release_if_idle();
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => break,
@@ -393,6 +345,7 @@ fn relay(mut client: UnixStream, mut agent: UnixStream, first: Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn connect_1024_is_understood_and_other_lines_are_not() {

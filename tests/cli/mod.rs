@@ -9,6 +9,9 @@ use std::process::Stdio;
 
 use crate::support::{self, TestEnv};
 
+mod cp;
+mod stall;
+
 #[test]
 fn run_prints_the_commands_output_and_exits_with_its_code() {
     let env = TestEnv::new();

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, read_reply, TestEnv};
 
+mod flood;
+
 #[test]
 fn an_unknown_request_is_answered_with_what_this_vm_speaks() {
     let env = TestEnv::new();

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use boxdesk_channel::{handshake, ChannelError, Frame, FrameReader, FrameWriter, Session};
 
@@ -89,5 +90,32 @@ fn a_peer_that_is_not_an_agent_is_refused_at_the_handshake() {
     });
     let err = Session::connect_unix(&path).err().unwrap();
     assert!(matches!(err, ChannelError::BadMagic(_)), "{err:?}");
+    server.join().unwrap();
+}
+
+#[test]
+fn a_hybrid_peer_that_trickles_its_answer_is_given_up_on_at_one_deadline() {
+    let path = temp_sock("trickle");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        // Each byte well within the limit, the whole answer well past it.
+        for b in b"OK 1\nAGCH\x03\x00" {
+            thread::sleep(Duration::from_millis(150));
+            if s.write_all(&[*b]).is_err() {
+                return;
+            }
+        }
+    });
+    let stream = UnixStream::connect(&path).unwrap();
+    let start = Instant::now();
+    let limit = Duration::from_millis(500);
+    let err = Session::hybrid_over(stream, 1024, limit).err().unwrap();
+    let took = start.elapsed();
+    assert!(
+        matches!(&err, ChannelError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_millis(900), "{took:?}");
     server.join().unwrap();
 }

@@ -1,7 +1,9 @@
 //! Integration tests of boxdesk-platform against the real filesystem and
 //! real sockets in temp dirs: one binary, a module per area.
 
+mod beneath;
 mod dirs;
+mod limits;
 mod names;
 mod socket;
 

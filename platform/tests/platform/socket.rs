@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use boxdesk_platform::socket::{
-    bind_exclusive, check_not_symlink, clear_if_stale, ensure_same_uid, is_live, peer_pid, peer_uid,
+    bind_exclusive, check_not_symlink, clear_if_stale, connect_within, ensure_same_uid, is_live,
+    peer_pid, peer_uid,
 };
 use boxdesk_platform::{euid, SocketError, Staleness, SUN_PATH_MAX};
 
@@ -224,4 +225,50 @@ fn a_peer_running_as_another_uid_is_refused_naming_both_uids() {
         err.to_string(),
         format!("peer runs as uid {NOBODY}, not 0; refusing it")
     );
+}
+
+/// A listener that never accepts, its backlog already full: a backlog of
+/// 0 and a few knocks, each of which stays queued until accepted.
+fn full_listener(path: &Path) -> UnixListener {
+    use std::os::fd::AsRawFd;
+    let listener = UnixListener::bind(path).unwrap();
+    // SAFETY: listen on a descriptor we own; it only changes the backlog.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    for _ in 0..4 {
+        assert!(is_live(path));
+    }
+    listener
+}
+
+/// Linux waits for backlog room (bounded by the send timeout); other
+/// kernels refuse at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn connect_within_gives_up_on_a_listener_that_never_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.sock");
+    let _full = full_listener(&path);
+    let start = Instant::now();
+    let err = connect_within(&path, Duration::from_millis(300)).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn connect_within_connects_to_a_listener_and_says_not_found_for_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let s = connect_within(&path, Duration::from_secs(1)).unwrap();
+    assert_eq!(s.write_timeout().unwrap(), None);
+    drop(listener.accept().unwrap());
+    let err = connect_within(&dir.path().join("none.sock"), Duration::from_secs(1)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+    stale_socket(&dir.path().join("dead.sock"));
+    let err = connect_within(&dir.path().join("dead.sock"), Duration::from_secs(1)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
 }

@@ -1,16 +1,18 @@
-//! Resolving a peer's path beneath the agent's root (`--root`), for
-//! PutFile and GetFile. A leading `/` means the root itself; a `..`
-//! component is refused; no symlink is followed in any component.
+//! Resolving a path beneath a directory without ever leaving it: the
+//! guest agent's PutFile and GetFile beneath its `--root`, and the host
+//! side of `boxdesk cp NAME:SRC DST` beneath DST. A leading `/` means the
+//! root itself; a `..` component is refused; no symlink is followed in any
+//! component.
 //!
 //! Resolution uses `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` where
 //! the kernel has it. Where it does not (`ENOSYS` on kernels before 5.6 and
-//! under qemu user emulation, `EPERM` from a seccomp filter) it walks one
-//! component at a time with `openat(O_NOFOLLOW)`: every step names a single
-//! entry that is neither `..` nor a symlink, so the walk can only go down
-//! and is exactly as strict.
+//! under qemu user emulation, `EPERM` from a seccomp filter, any kernel but
+//! Linux) it walks one component at a time with `openat(O_NOFOLLOW)`: every
+//! step names a single entry that is neither `..` nor a symlink, so the
+//! walk can only go down and is exactly as strict.
 //!
 //! Never: resolve by string prefix, follow a symlink, or create anything
-//! but directories (mode 0755) on the way to a PutFile target.
+//! but directories (mode 0755) on the way to a target.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -23,7 +25,21 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 
-use crate::spawn::errno_name;
+/// How a directory on the way is opened: only to resolve beneath it.
+#[cfg(target_os = "linux")]
+const DIR_FLAGS: i32 = libc::O_PATH | libc::O_DIRECTORY;
+/// Without `O_PATH`, a directory is opened for reading.
+#[cfg(not(target_os = "linux"))]
+const DIR_FLAGS: i32 = libc::O_RDONLY | libc::O_DIRECTORY;
+
+/// An errno as its C name (`ENOENT`), the way the agent's Error frames
+/// start.
+fn errno_name(e: Errno) -> String {
+    match e {
+        Errno::UnknownErrno => "EUNKNOWN".into(),
+        e => format!("{e:?}"),
+    }
+}
 
 /// Why a path was refused or could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -79,10 +95,11 @@ pub fn components(path: &[u8]) -> Result<Vec<&[u8]>, PathError> {
 }
 
 const OPENAT2_UNKNOWN: u8 = 0;
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const OPENAT2_YES: u8 = 1;
 const OPENAT2_NO: u8 = 2;
 
-/// The agent's root directory and how to resolve beneath it.
+/// A root directory and how to resolve beneath it.
 pub struct Beneath {
     root: OwnedFd,
     openat2: AtomicU8,
@@ -102,26 +119,31 @@ impl Beneath {
     /// Opens `dir` (trusted configuration, so followed normally) as the root.
     pub fn open(dir: &Path) -> Result<Beneath, PathError> {
         let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| PathError::Nul)?;
-        let root = open_raw(None, &c, libc::O_PATH | libc::O_DIRECTORY)?;
+        let root = open_raw(None, &c, DIR_FLAGS)?;
         Ok(Beneath {
             root,
             openat2: AtomicU8::new(OPENAT2_UNKNOWN),
         })
     }
 
-    /// Forces the component-by-component walk (tests of the fallback).
-    #[cfg(test)]
+    /// Forces the component-by-component walk, as on a kernel without
+    /// `openat2` (for tests of the fallback).
     pub fn without_openat2(self) -> Beneath {
         self.openat2.store(OPENAT2_NO, Ordering::Relaxed);
         self
     }
 
     /// Opens `comps` beneath `dir` with `flags` (plus `O_NOFOLLOW |
-    /// O_CLOEXEC`), never following a symlink.
+    /// O_CLOEXEC`), never following a symlink. Each component must be one
+    /// plain name (as [`components`] gives): the walk would climb a `..`.
     fn open_at(&self, dir: BorrowedFd<'_>, comps: &[&[u8]], flags: i32) -> Result<OwnedFd, Errno> {
         if comps.is_empty() {
             return dir.try_clone_to_owned().map_err(|_| Errno::EMFILE);
         }
+        for c in comps {
+            plain(c)?;
+        }
+        #[cfg(target_os = "linux")]
         if self.openat2.load(Ordering::Relaxed) != OPENAT2_NO {
             let joined = CString::new(comps.join(&b'/')).map_err(|_| Errno::EINVAL)?;
             // No O_NOFOLLOW here: with it a trailing symlink would be
@@ -145,7 +167,7 @@ impl Beneath {
             let f = if last {
                 flags
             } else {
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC
+                DIR_FLAGS | libc::O_NOFOLLOW | libc::O_CLOEXEC
             };
             let at = cur.as_ref().map_or(dir, |c| c.as_fd());
             let next = open_raw(Some(at), &name, f).map_err(|e| classify(at, &name, e))?;
@@ -154,10 +176,10 @@ impl Beneath {
         cur.ok_or(Errno::ENOENT)
     }
 
-    /// The directory `comps` names (an `O_PATH` descriptor), creating
-    /// missing directories (0755) when `create` is set.
+    /// The directory `comps` names (an `O_PATH` descriptor on Linux),
+    /// creating missing directories (0755) when `create` is set.
     pub fn dir(&self, comps: &[&[u8]], create: bool) -> Result<OwnedFd, PathError> {
-        let dir_flags = libc::O_PATH | libc::O_DIRECTORY;
+        let dir_flags = DIR_FLAGS;
         match self.open_at(self.root.as_fd(), comps, dir_flags) {
             Ok(fd) => return Ok(fd),
             Err(Errno::ENOENT) if create => {}
@@ -195,6 +217,45 @@ impl Beneath {
             self.open_at(d, &[n.to_bytes()], f)
         })
     }
+
+    /// Creates (or truncates) the regular file `comps` names, for writing,
+    /// with `mode` (less the umask) when new. Its directory must exist. A
+    /// symlink at the target is refused, not followed, and so is anything
+    /// that is not a regular file (a FIFO is not waited on).
+    pub fn create_file(&self, comps: &[&[u8]], mode: u32) -> Result<File, PathError> {
+        let Some((name, parent)) = comps.split_last() else {
+            return Err(PathError::IsRoot);
+        };
+        plain(name)?;
+        let dir = self.dir(parent, false)?;
+        let name = CString::new(*name).map_err(|_| PathError::Nul)?;
+        let flags = libc::O_WRONLY
+            | libc::O_CREAT
+            | libc::O_TRUNC
+            | libc::O_NOFOLLOW
+            | libc::O_NONBLOCK
+            | libc::O_NOCTTY;
+        let fd = open_raw_mode(Some(dir.as_fd()), &name, flags, (mode & 0o7777) as _)
+            .map_err(|e| classify(dir.as_fd(), &name, e))?;
+        check_regular(&fstat(fd.as_raw_fd())?)?;
+        // Regular files ignore O_NONBLOCK; cleared all the same.
+        nix::fcntl::fcntl(
+            fd.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+        )?;
+        Ok(File::from(fd))
+    }
+}
+
+/// One component: a single plain name, never `..` (the walk would climb
+/// it), `.`, empty, or holding a `/`.
+fn plain(c: &[u8]) -> Result<(), Errno> {
+    match c {
+        b".." => Err(Errno::EPERM),
+        b"" | b"." => Err(Errno::EINVAL),
+        c if c.contains(&b'/') => Err(Errno::EINVAL),
+        _ => Ok(()),
+    }
 }
 
 /// Opens the regular file `name` in `dir` without following a symlink and
@@ -219,7 +280,7 @@ pub fn open_regular(
     }
     Ok(Regular {
         file: File::from(fd),
-        mode: st.st_mode & 0o7777,
+        mode: mode_bits(st.st_mode) & 0o7777,
         size: st.st_size as u64,
     })
 }
@@ -266,6 +327,13 @@ fn classify(dir: BorrowedFd<'_>, name: &CStr, e: Errno) -> Errno {
     e
 }
 
+/// A `mode_t` as the `u32` it is on Linux (`u16` on macOS); also what
+/// `openat`'s variadic mode argument takes.
+#[allow(clippy::useless_conversion)]
+fn mode_bits(m: libc::mode_t) -> u32 {
+    u32::from(m)
+}
+
 /// `openat(2)`; `None` resolves relative to the current directory.
 pub fn open_raw(dir: Option<BorrowedFd<'_>>, name: &CStr, flags: i32) -> Result<OwnedFd, Errno> {
     open_raw_mode(dir, name, flags, 0)
@@ -282,7 +350,8 @@ pub fn open_raw_mode(
     loop {
         // SAFETY: `name` is NUL-terminated and outlives the call; `at` is
         // AT_FDCWD or a descriptor borrowed for the call.
-        let fd = unsafe { libc::openat(at, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+        let fd =
+            unsafe { libc::openat(at, name.as_ptr(), flags | libc::O_CLOEXEC, mode_bits(mode)) };
         if fd >= 0 {
             // SAFETY: openat returned a new descriptor that nothing else owns.
             return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -295,6 +364,7 @@ pub fn open_raw_mode(
 }
 
 /// `openat2(2)` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`.
+#[cfg(target_os = "linux")]
 fn openat2(dir: BorrowedFd<'_>, path: &CStr, flags: i32) -> Result<OwnedFd, Errno> {
     // SAFETY: open_how is a plain C struct; all-zero is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -322,6 +392,3 @@ fn openat2(dir: BorrowedFd<'_>, path: &CStr, flags: i32) -> Result<OwnedFd, Errn
         }
     }
 }
-
-#[cfg(test)]
-mod tests;
