@@ -30,14 +30,17 @@ const COLUMNS: [(&str, &str); 7] = [
 ];
 
 /// Info keys printed as JSON numbers.
-const NUMERIC: [&str; 7] = [
+const NUMERIC: [&str; 10] = [
     "proto",
     "pid",
     "vcpus",
     "mem_mib",
     "uptime_ms",
     "ready_ms",
+    "boot_ms",
     "sandbox_pid",
+    "pids_max",
+    "tmp_mib",
 ];
 
 /// `boxdesk ls [--json]`: running sandboxes from their control sockets,

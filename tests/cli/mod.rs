@@ -207,13 +207,18 @@ fn kill_helper(env: &TestEnv, name: &str) {
 }
 
 #[test]
-fn a_dead_helpers_socket_is_cleaned_by_ls() {
+fn a_dead_helpers_socket_is_cleaned_by_ls_which_lists_the_sandbox_as_dead() {
     let env = TestEnv::new();
-    kill_helper(&env, "dead");
+    kill_helper(&env, "gone");
     let _live = env.start("alive", &[]);
     let out = env.run(["ls"]);
     assert_eq!(out.code(), 0, "{out}");
-    assert!(!out.stdout.contains("dead"), "{out}");
+    let gone = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("gone"))
+        .unwrap_or("");
+    assert!(gone.split_whitespace().any(|w| w == "dead"), "{out}");
     assert!(out.stdout.contains("alive"), "{out}");
     assert!(!env.sock("dead").exists(), "stale socket not removed");
     assert!(
@@ -223,9 +228,11 @@ fn a_dead_helpers_socket_is_cleaned_by_ls() {
 }
 
 #[test]
-fn a_stale_socket_from_a_killed_helper_is_cleaned_and_the_name_reused() {
+fn a_stale_socket_from_a_killed_helper_is_cleaned_and_the_name_reused_after_stop() {
     let env = TestEnv::new();
     kill_helper(&env, "again");
+    let out = env.run(["stop", "again"]);
+    assert_eq!(out.code(), 0, "stop cleans up after a dead helper: {out}");
     let sb = env.start("again", &[]);
     assert_eq!(sb.sh("echo back").stdout, "back\n");
 }
@@ -400,8 +407,9 @@ fn detached_run_exec_cp_ls_and_stop_work_together() {
             "namespace",
             "namespaces",
             "running",
-            "1",
-            "512M"
+            // A namespace sandbox has no CPU or memory limit unless asked.
+            "-",
+            "-"
         ]
     );
     let out = env.run(["ls", "--json"]);
@@ -410,8 +418,8 @@ fn detached_run_exec_cp_ls_and_stop_work_together() {
     assert_eq!(v[0]["name"], name.as_str());
     assert_eq!(v[0]["backend"], "namespace");
     assert_eq!(v[0]["isolation"], "namespaces");
-    assert_eq!(v[0]["vcpus"], 1);
-    assert_eq!(v[0]["mem_mib"], 512);
+    assert!(v[0].get("vcpus").is_none() && v[0].get("mem_mib").is_none(), "{v}");
+    assert_eq!(v[0]["pids_max"], 4096);
 
     // info, then stop: returns once the helper is gone.
     let out = env.run(["info", &name]);
