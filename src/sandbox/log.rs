@@ -126,11 +126,14 @@ fn rotate(path: &Path, old: &File) -> io::Result<File> {
         .open(path)?;
     let old_id = old.metadata().map(|m| (m.dev(), m.ino()))?;
     for fd in [1, 2] {
-        // SAFETY: fstat on a descriptor number into a zeroed struct.
-        let same = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(fd, &mut st) == 0 && (st.st_dev, st.st_ino) == old_id
-        };
+        // Borrowed only for the look: 1 and 2 stay open.
+        // SAFETY: `fd` is 1 or 2, open for this process's whole life.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let same = borrowed
+            .try_clone_to_owned()
+            .map(File::from)
+            .and_then(|f| f.metadata())
+            .is_ok_and(|m| (m.dev(), m.ino()) == old_id);
         if same {
             // SAFETY: dup2 onto 1/2 from a descriptor we own; atomic for
             // every other thread writing there.

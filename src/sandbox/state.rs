@@ -273,7 +273,7 @@ pub fn remove_tree(dir: &Path) -> io::Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
-    let dev = fstat(top.as_raw_fd())?.st_dev;
+    let dev = dev_of(&fstat(top.as_raw_fd())?);
     empty_tree(top, dev)?;
     match unlinkat(Some(parent.as_raw_fd()), name, UnlinkatFlags::RemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
@@ -301,7 +301,7 @@ fn empty_tree(top: OwnedFd, dev: u64) -> io::Result<()> {
                 };
                 let up = open_dir_at(Some(&cur), OsStr::new(".."))?;
                 let st = fstat(up.as_raw_fd())?;
-                if st.st_ino != parent_ino || st.st_dev != dev {
+                if st.st_ino != parent_ino || dev_of(&st) != dev {
                     return Err(io::Error::other(
                         "a directory moved while it was being removed",
                     ));
@@ -361,7 +361,7 @@ fn first_nonempty_subdir(dir: &OwnedFd, dev: u64) -> io::Result<Option<OsString>
                 removed_any = true;
                 continue;
             }
-            if st.st_dev != dev {
+            if dev_of(&st) != dev {
                 return Err(io::Error::other(format!(
                     "{} is a mount point; not removing across it",
                     name.to_string_lossy()
@@ -385,6 +385,12 @@ fn first_nonempty_subdir(dir: &OwnedFd, dev: u64) -> io::Result<Option<OsString>
             return Err(io::Error::other("directory entries cannot be removed"));
         }
     }
+}
+
+/// The device of `st` (a `u64` on Linux, an `i32` on macOS).
+#[allow(clippy::unnecessary_cast)]
+fn dev_of(st: &nix::sys::stat::FileStat) -> u64 {
+    st.st_dev as u64
 }
 
 fn dir_flags() -> OFlag {
