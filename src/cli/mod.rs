@@ -314,6 +314,16 @@ pub fn main() -> i32 {
     match outcome {
         Ok(code) => code,
         Err(e) => {
+            // A name nothing answers for may be a dead sandbox: say so,
+            // and what to do about it.
+            let dead = e.chain().find_map(|c| match c.downcast_ref() {
+                Some(boxdesk::control::ClientError::NoSuchSandbox(name)) => Some(name.clone()),
+                _ => None,
+            });
+            let e = match dead {
+                Some(name) => ls::not_running(&name, &e),
+                None => e,
+            };
             eprintln!("boxdesk: {e:#}");
             EXIT_BOXDESK
         }

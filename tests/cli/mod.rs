@@ -418,7 +418,10 @@ fn detached_run_exec_cp_ls_and_stop_work_together() {
     assert_eq!(v[0]["name"], name.as_str());
     assert_eq!(v[0]["backend"], "namespace");
     assert_eq!(v[0]["isolation"], "namespaces");
-    assert!(v[0].get("vcpus").is_none() && v[0].get("mem_mib").is_none(), "{v}");
+    assert!(
+        v[0].get("vcpus").is_none() && v[0].get("mem_mib").is_none(),
+        "{v}"
+    );
     assert_eq!(v[0]["pids_max"], 4096);
 
     // info, then stop: returns once the helper is gone.

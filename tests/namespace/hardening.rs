@@ -177,9 +177,18 @@ fn a_dead_agent_leaves_work_until_stop_and_a_second_run_refuses_the_leftover() {
     assert_eq!(row["name"], "agentdies", "{ls}");
     assert_eq!(row["state"], "dead", "{ls}");
     assert!(row["reason"].as_str().unwrap().contains("exited"), "{ls}");
-    let out = env.run(["info", "agentdies"]);
-    assert_eq!(out.code(), 125, "{out}");
-    assert!(out.stderr.contains("is dead"), "{out}");
+    for args in [
+        &["info", "agentdies"][..],
+        &["exec", "agentdies", "--", "true"],
+        &["cp", "agentdies:/work/p", "/tmp/"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.code(), 125, "{args:?}: {out}");
+        assert!(
+            out.stderr.contains("is dead") && out.stderr.contains("boxdesk stop agentdies"),
+            "{args:?}: {out}"
+        );
+    }
     let again = env.run(["run", "--name", "agentdies", "--", "true"]);
     assert_eq!(again.code(), 125, "{again}");
     assert!(
