@@ -346,8 +346,12 @@ impl Shared {
         }
         let _ = std::fs::remove_file(&self.paths.agent);
         let _ = std::fs::remove_file(self.state.agent_sock());
+        let t = Instant::now();
         self.run_after_end();
+        tracing::debug!("backend clean-up took {:?}", t.elapsed());
+        let t = Instant::now();
         self.finish_state(&end);
+        tracing::debug!("state clean-up took {:?}", t.elapsed());
         std::process::exit(code)
     }
 

@@ -84,7 +84,9 @@ fn start(shared: &Shared, opts: &HelperOptions) -> Result<Child, HelperError> {
     spec.net = opts.net;
     spec.pids_max = opts.pids;
     spec.tmp_bytes = opts.tmp_bytes;
+    let t = Instant::now();
     let join = limits(shared, opts)?;
+    tracing::debug!("limits set up in {:?}", t.elapsed());
     {
         let mut info = lock(&shared.extra_info);
         info.push(("uid_map", format!("0:{}:1", spec.ids.uid)));
