@@ -80,6 +80,9 @@ struct ConfigureParams {
 #[serde(rename_all = "camelCase")]
 struct StartParams {
     bundle_path: Option<String>,
+    #[serde(rename = "memoryGB")]
+    memory_gb: Option<f64>,
+    cpu_count: Option<u64>,
     #[serde(rename = "apiProbeURL")]
     api_probe_url: Option<String>,
 }
@@ -201,8 +204,20 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
         }
         "startVM" => {
             let c: StartParams = params(method, raw)?;
-            if c.bundle_path.is_some() {
-                p.settings().bundle_path = c.bundle_path;
+            {
+                let mut s = p.settings();
+                if c.bundle_path.is_some() {
+                    s.bundle_path = c.bundle_path;
+                }
+                if let Some(gb) = c.memory_gb {
+                    if !gb.is_finite() || gb <= 0.0 {
+                        return Err(format!(
+                            "startVM: memoryGB must be a positive number, not {gb}"
+                        ));
+                    }
+                    s.memory_mb = Some((gb * 1024.0) as u64);
+                }
+                s.cpu_count = c.cpu_count.or(s.cpu_count);
             }
             p.start(c.api_probe_url).await.map(|()| json!({}))
         }

@@ -446,6 +446,7 @@ enum Outcome {
 
 /// Runs one process to its end, emitting its events.
 pub async fn run(r: Run, inbox: Inbox) {
+    let oom_before = r.sandbox.oom_kills();
     let outcome = match r.sandbox.session().await {
         Ok(stream) => {
             let (rd, wr) = stream.into_split();
@@ -483,7 +484,12 @@ pub async fn run(r: Run, inbox: Inbox) {
             Ended::Signal(libc::SIGKILL)
         }
     };
-    end(&r.events, &r.procs, &r.key, &r.id, r.generation, ended);
+    // The sandbox's OOM kills while this process ran (the cgroup counts
+    // per sandbox, not per process).
+    let oom = oom_before
+        .zip(r.sandbox.oom_kills())
+        .map(|(before, after)| after.saturating_sub(before));
+    end(&r.events, &r.procs, &r.key, &r.id, r.generation, ended, oom);
 }
 
 /// Ends process `key` (generation `generation`) before anything ran: an
@@ -500,16 +506,29 @@ pub fn refuse(
     events.push(wire::frame_json(
         &json!({"type": "error", "id": id, "message": message}),
     ));
-    end(events, procs, key, id, generation, Ended::Code(127));
+    end(events, procs, key, id, generation, Ended::Code(127), None);
 }
 
-/// Records the end in the table, then emits the `exit` event.
-fn end(events: &Events, procs: &Procs, key: &str, id: &Value, generation: u64, ended: Ended) {
+/// Records the end in the table, then emits the `exit` event, with
+/// `oomKillCount` where the sandbox's memory is accounted.
+fn end(
+    events: &Events,
+    procs: &Procs,
+    key: &str,
+    id: &Value,
+    generation: u64,
+    ended: Ended,
+    oom: Option<u64>,
+) {
     procs.finish(key, generation, ended);
     let (code, signal) = ended.fields();
-    events.push(wire::frame_json(&json!({
+    let mut exit = json!({
         "type": "exit", "id": id, "exitCode": code, "signal": signal,
-    })));
+    });
+    if let Some(n) = oom {
+        exit["oomKillCount"] = json!(n);
+    }
+    events.push(wire::frame_json(&exit));
 }
 
 /// Sends the client's stdin and signals to the agent. A signal overtakes

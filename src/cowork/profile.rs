@@ -73,9 +73,10 @@ pub struct Sdk {
 /// What `configure`, `createVM` and the token methods record.
 #[derive(Debug, Default)]
 pub struct Settings {
-    /// `memoryMB` (recorded; namespaces do not enforce it).
+    /// `memoryMB` of configure (or startVM's `memoryGB`): the sandboxes'
+    /// memory limit, swap included, where cgroups can be had.
     pub memory_mb: Option<u64>,
-    /// `cpuCount` (recorded; namespaces do not enforce it).
+    /// `cpuCount` of configure or startVM: their CPU quota, likewise.
     pub cpu_count: Option<u64>,
     /// `bundlePath` of createVM/startVM (VM backends only).
     pub bundle_path: Option<String>,
@@ -150,6 +151,17 @@ impl Profile {
         }
     }
 
+    /// The limits of this profile's sandboxes: `memoryMB`/`cpuCount`, and
+    /// the default pids cap.
+    fn limits(&self) -> crate::sandbox::cgroup::Limits {
+        let s = self.settings();
+        crate::sandbox::cgroup::Limits {
+            cpus: s.cpu_count.map(|c| c as f64),
+            mem_mib: s.memory_mb,
+            pids: Some(crate::sandbox::DEFAULT_PIDS),
+        }
+    }
+
     /// Locks the settings.
     pub fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
         lock(&self.settings)
@@ -199,7 +211,8 @@ impl Profile {
             self.step("wait_for_guest", "failed");
             return Err(format!("cannot start the sandbox: {e}"));
         }
-        match Sandbox::start(&self.layout, Net::Host, "host", staged).await {
+        let limits = self.limits();
+        match Sandbox::start(&self.layout, Net::Host, "host", staged, limits).await {
             Ok(sb) => {
                 self.step("start_vm", "completed");
                 self.step("wait_for_guest", "completed");
@@ -318,9 +331,16 @@ impl Profile {
         let staged = self.shared_ready.load(Ordering::SeqCst);
         self.private_log(&tag)
             .map_err(|e| format!("cannot start the filtered sandbox: {e}"))?;
-        let sb = Sandbox::start(&self.layout, Net::Filtered(Arc::new(allow)), &tag, staged)
-            .await
-            .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;
+        let limits = self.limits();
+        let sb = Sandbox::start(
+            &self.layout,
+            Net::Filtered(Arc::new(allow)),
+            &tag,
+            staged,
+            limits,
+        )
+        .await
+        .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;
         filtered.insert(key, sb.clone());
         Ok(sb)
     }

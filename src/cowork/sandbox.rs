@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 use tokio_util::codec::Framed;
 
 use super::proxy::{self, Allowlist};
+use crate::sandbox::cgroup;
 use crate::sandbox::forward::AgentAddr;
 use crate::sandbox::namespace::{self, Bind, NamespaceError, Spec};
 
@@ -131,6 +132,8 @@ pub struct Sandbox {
     pool: Mutex<Vec<UnixStream>>,
     proxy: Option<tokio::task::JoinHandle<()>>,
     filtered: bool,
+    /// Its cgroup, while it runs with enforced limits.
+    cgroup: Arc<Mutex<Option<cgroup::Cgroup>>>,
 }
 
 impl Sandbox {
@@ -143,6 +146,7 @@ impl Sandbox {
         net: Net,
         tag: &str,
         staged: bool,
+        limits: cgroup::Limits,
     ) -> Result<Arc<Sandbox>, SandboxError> {
         let run_dir = layout.runtime.join(format!("run-{tag}"));
         let log = layout.state.join(format!("sandbox-{tag}.log"));
@@ -151,10 +155,17 @@ impl Sandbox {
         let agent = AgentAddr::new(&agent_sock).map_err(os("opening the run dir"))?;
         let dead = Arc::new(AtomicBool::new(false));
         let died = Arc::new(Notify::new());
+        let cgroup = Arc::new(Mutex::new(None));
+        let name = format!("cowork.{}.{tag}", std::process::id());
         let bwrap_pid = keeper(
             spec,
-            agent_sock.clone(),
-            log.clone(),
+            Keep {
+                agent_sock: agent_sock.clone(),
+                log: log.clone(),
+                cgroup: cgroup.clone(),
+                name,
+                limits,
+            },
             dead.clone(),
             died.clone(),
         )
@@ -168,6 +179,7 @@ impl Sandbox {
             pool: Mutex::new(Vec::with_capacity(POOL)),
             proxy: None,
             filtered: matches!(net, Net::Filtered(_)),
+            cgroup,
         };
         let first = match sb.wait_ready().await {
             Ok(s) => s,
@@ -196,6 +208,12 @@ impl Sandbox {
         }
         lock(&sb.pool).push(first);
         Ok(Arc::new(sb))
+    }
+
+    /// OOM kills in the sandbox so far, where its limits are enforced by a
+    /// cgroup.
+    pub fn oom_kills(&self) -> Option<u64> {
+        lock(&self.cgroup).as_ref().map(|c| c.oom_kills())
     }
 
     /// Whether the sandbox is still running.
@@ -366,15 +384,32 @@ fn spec(layout: &Layout, net: &Net, run_dir: &Path, staged: bool) -> Result<Spec
     Ok(spec)
 }
 
-/// Starts bwrap on a thread that then waits for it, so `--die-with-parent`
-/// holds for the sandbox's whole life; returns bwrap's pid.
-async fn keeper(
-    spec: Spec,
+/// What [`keeper`] sets up around bwrap and takes down after it.
+struct Keep {
     agent_sock: PathBuf,
     log: PathBuf,
+    cgroup: Arc<Mutex<Option<cgroup::Cgroup>>>,
+    name: String,
+    limits: cgroup::Limits,
+}
+
+/// Starts bwrap on a thread that then waits for it, so `--die-with-parent`
+/// holds for the sandbox's whole life, in a cgroup of its own with the
+/// profile's limits where one can be had (removed when it ends); returns
+/// bwrap's pid.
+async fn keeper(
+    spec: Spec,
+    keep: Keep,
     dead: Arc<AtomicBool>,
     died: Arc<Notify>,
 ) -> Result<u32, SandboxError> {
+    let Keep {
+        agent_sock,
+        log,
+        cgroup: cg_slot,
+        name,
+        limits,
+    } = keep;
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("cowork-sandbox".into())
@@ -383,12 +418,27 @@ async fn keeper(
             // The agent's socket is bound here, outside the sandbox, and
             // handed to the agent as a descriptor.
             let _ = std::fs::remove_file(&agent_sock);
+            let join = match cgroup::create(&name, &limits) {
+                Ok(cgroup::Placement::Enforced(cg)) => {
+                    let fds = cg.join_fds().as_slice().to_vec();
+                    *lock(&cg_slot) = Some(cg);
+                    fds
+                }
+                Ok(cgroup::Placement::Unenforced { why }) => {
+                    tracing::info!("sandbox limits unenforced: {why}");
+                    Vec::new()
+                }
+                Err(e) => {
+                    tracing::warn!("sandbox limits not set up: {e}");
+                    Vec::new()
+                }
+            };
             let started = std::os::unix::net::UnixListener::bind(&agent_sock)
                 .map_err(|source| NamespaceError::State {
                     path: agent_sock.clone(),
                     source,
                 })
-                .and_then(|l| namespace::spawn(&spec, &l.into(), Vec::new()));
+                .and_then(|l| namespace::spawn(&spec, &l.into(), join));
             match started {
                 Ok(started) => {
                     let mut child = started.child;
@@ -405,6 +455,11 @@ async fn keeper(
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
+                }
+            }
+            if let Some(cg) = lock(&cg_slot).take() {
+                if let Err(e) = cg.remove() {
+                    tracing::warn!("removing a sandbox's cgroup: {e}");
                 }
             }
             dead.store(true, Ordering::SeqCst);
