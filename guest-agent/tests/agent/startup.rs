@@ -4,11 +4,10 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{have, sh, skip, Agent, BIN};
+use crate::support::{self, have, sh, skip, Agent, BIN};
 
 fn inherited() -> (tempfile::TempDir, UnixListener) {
     let dir = tempfile::tempdir().unwrap();
@@ -54,24 +53,7 @@ fn start_with(fd: Option<OwnedFd>, listen: &str) -> (Option<i32>, String) {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some(fd) = &fd {
-        let raw = fd.as_raw_fd();
-        // SAFETY: the hook runs between fork and exec and calls only dup2
-        // and fcntl, which are async-signal-safe; `fd` stays open until
-        // spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                // dup2 onto itself would keep close-on-exec.
-                let rc = if raw == 3 {
-                    libc::fcntl(3, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(raw, 3)
-                };
-                if rc < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        support::inherit_as_fd3(&mut cmd, fd.as_raw_fd());
     }
     let mut child = cmd.spawn().unwrap();
     drop(fd);

@@ -45,7 +45,6 @@ impl Agent {
         inherit: Option<std::os::unix::net::UnixListener>,
     ) -> Agent {
         use std::os::fd::{AsRawFd, OwnedFd};
-        use std::os::unix::process::CommandExt;
         let base = dir.path().to_path_buf();
         let (sock, root, results, log) = (
             base.join("agent.sock"),
@@ -67,24 +66,8 @@ impl Agent {
         let inherit: Option<OwnedFd> = inherit.map(Into::into);
         match &inherit {
             Some(fd) => {
-                let raw = fd.as_raw_fd();
                 cmd.arg("--listen").arg("fd:3");
-                // SAFETY: the hook runs between fork and exec and calls only
-                // dup2 and fcntl, which are async-signal-safe; `fd` stays
-                // open in this process until spawn returns.
-                unsafe {
-                    cmd.pre_exec(move || {
-                        let rc = if raw == 3 {
-                            libc::fcntl(3, libc::F_SETFD, 0)
-                        } else {
-                            libc::dup2(raw, 3)
-                        };
-                        if rc < 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
+                inherit_as_fd3(&mut cmd, fd.as_raw_fd());
             }
             None => {
                 cmd.arg("--listen").arg(format!("unix:{}", sock.display()));
@@ -407,4 +390,26 @@ pub fn marker(n: u32) -> String {
 pub fn skip(why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "skipped: {why}");
+}
+
+/// Makes `raw` the child's descriptor 3 (close-on-exec cleared); `raw`
+/// must stay open in this process until the command is spawned.
+pub fn inherit_as_fd3(cmd: &mut Command, raw: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs between fork and exec and calls only dup2 and
+    // fcntl, which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 onto itself would keep close-on-exec.
+            let rc = if raw == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 3)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
