@@ -21,11 +21,21 @@ const READ_BUF: usize = 16 * 1024;
 /// Writes this side's session header, then reads and checks the peer's.
 /// Both sides write first, so neither waits for the other.
 pub fn handshake<S: Read + Write>(stream: &mut S) -> Result<(), ChannelError> {
-    stream.write_all(&session_header())?;
-    stream.flush()?;
+    // A peer that already said something and hung up (not an agent, or an
+    // agent refusing us) makes our write fail with EPIPE: what it said is
+    // still there to read and is the better error.
+    let wrote = stream
+        .write_all(&session_header())
+        .and_then(|()| stream.flush());
     let mut peer = [0u8; HEADER_LEN];
-    read_exact_or_eof(stream, &mut peer, "the session header")?;
-    check_header(peer)
+    match (
+        wrote,
+        read_exact_or_eof(stream, &mut peer, "the session header"),
+    ) {
+        (_, Ok(())) => check_header(peer),
+        (Err(e), Err(_)) => Err(e.into()),
+        (Ok(()), Err(e)) => Err(e),
+    }
 }
 
 /// Checks a peer's 6 header bytes.

@@ -74,15 +74,23 @@ pub async fn handshake<S>(stream: &mut S) -> Result<(), ChannelError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    stream.write_all(&session_header()).await?;
-    stream.flush().await?;
+    // As the blocking handshake: what a peer said before hanging up beats
+    // the EPIPE our write met.
+    let wrote = match stream.write_all(&session_header()).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
     let mut peer = [0u8; HEADER_LEN];
-    stream
+    let read = stream
         .read_exact(&mut peer)
         .await
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => ChannelError::UnexpectedEof("the session header"),
             _ => ChannelError::Io(e),
-        })?;
-    check_header(peer)
+        });
+    match (wrote, read) {
+        (_, Ok(_)) => check_header(peer),
+        (Err(e), Err(_)) => Err(e.into()),
+        (Ok(()), Err(e)) => Err(e),
+    }
 }
