@@ -16,5 +16,4 @@ pub mod control;
 #[cfg(target_os = "linux")]
 pub mod cowork;
 pub mod sandbox;
-pub mod sync;
 pub mod vmm;

@@ -23,9 +23,12 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+// A panic elsewhere cannot leave the map half-updated (every update is a
+// single insert or remove), so a poisoned lock is still usable.
+use boxdesk_platform::sync::lock;
 use nix::errno::Errno;
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -95,12 +98,6 @@ struct Inner {
 pub struct Registry {
     inner: Mutex<Inner>,
     spawned: Condvar,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere cannot leave the map half-updated (every update is
-    // a single insert or remove), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Registry {

@@ -3,8 +3,9 @@
 //! what a sandbox may be called, who is on the other end of a Unix socket,
 //! what this machine can run (`boxdesk doctor`), how a path is resolved
 //! beneath a directory without following symlinks (the agent's PutFile and
-//! GetFile, the host side of `boxdesk cp`), and the descriptor limit a
-//! server raises before it accepts.
+//! GetFile, the host side of `boxdesk cp`), the descriptor limit a
+//! server raises before it accepts, and the one mutex `lock` that outlives
+//! a panicked holder.
 //!
 //! It is a leaf crate: it knows nothing of the channel protocol, the VMM or
 //! the CLI. OS-specific code is cfg-gated here so the rest of the workspace
@@ -36,6 +37,7 @@ pub mod limits;
 pub mod names;
 pub mod probe;
 pub mod socket;
+pub mod sync;
 
 pub use dirs::DirError;
 pub use names::{NameError, SandboxPaths, SUN_PATH_MAX};

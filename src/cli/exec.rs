@@ -168,7 +168,7 @@ pub fn error_code(msg: &str) -> i32 {
 type Writer = Arc<Mutex<FrameWriter<Stream>>>;
 
 fn send(w: &Writer, frame: &Frame) -> Result<(), ChannelError> {
-    boxdesk::sync::lock(w).write_frame(frame)
+    boxdesk_platform::sync::lock(w).write_frame(frame)
 }
 
 /// Runs one exec on `session` with sandbox `name`, streaming it to this

@@ -103,7 +103,7 @@ impl RawMode {
         let saved = termios::tcgetattr(fd).ok()?;
         let mut raw = saved.clone();
         termios::cfmakeraw(&mut raw);
-        *boxdesk::sync::lock(&SAVED) = Some(saved);
+        *boxdesk_platform::sync::lock(&SAVED) = Some(saved);
         termios::tcsetattr(fd, SetArg::TCSANOW, &raw).ok()?;
         Some(RawMode(()))
     }
@@ -118,7 +118,7 @@ impl Drop for RawMode {
 /// Puts back the terminal settings raw mode replaced, if any; for a
 /// thread that must exit the process while raw mode is on.
 pub fn restore() {
-    if let Some(saved) = boxdesk::sync::lock(&SAVED).take() {
+    if let Some(saved) = boxdesk_platform::sync::lock(&SAVED).take() {
         let _ = termios::tcsetattr(stdin_fd().as_fd(), SetArg::TCSANOW, &saved);
     }
 }

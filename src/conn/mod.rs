@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 
 /// Most connections one server holds at once (requests in progress and
 /// idle peers together); the next is refused until one closes.

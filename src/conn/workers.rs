@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 

@@ -12,7 +12,7 @@
 //!
 //! This module owns ordering and the caps. It never drops an event.
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 

@@ -11,7 +11,7 @@
 //! "running". Output events wait for room in the profile's queue, which is
 //! what back-pressures the process.
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -9,7 +9,7 @@
 //! `cowork/` down, is private (0700, the sandbox's own where it uses them)
 //! and every log 0600 ([`private`]).
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,7 +16,7 @@
 //! started it: each sandbox is started and waited for by a thread of its
 //! own that lives exactly as long as the sandbox.
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

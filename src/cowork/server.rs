@@ -8,7 +8,7 @@
 //! the profile's events. A bad frame ends only its own connection (after
 //! an error reply); nothing a peer sends can end the server.
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -16,7 +16,7 @@
 //! state it did not create, and never report anything but the namespace
 //! backend's real posture (`backend namespace`, `isolation namespaces`).
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;

@@ -15,7 +15,7 @@ pub mod image;
 mod irq;
 mod vcpu;
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

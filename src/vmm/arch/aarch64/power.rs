@@ -11,7 +11,7 @@ use std::sync::{Condvar, Mutex};
 
 use boxdesk_hv::psci::ret;
 
-use crate::sync::lock;
+use boxdesk_platform::sync::lock;
 
 /// One vCPU's power state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
