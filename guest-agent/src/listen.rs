@@ -2,20 +2,20 @@
 //! Unix stream socket at a path, or an inherited Unix stream socket that
 //! the host already bound and listens on (`fd:N`: the namespace backend,
 //! where a path inside the sandbox could be renamed or replaced by the
-//! sandbox's own processes). Owns binding (including replacing a stale
-//! socket file nobody serves), checking an inherited descriptor, and
-//! accepting with close-on-exec. The listening socket is non-blocking, so
-//! an accept after `poll(2)` never waits (a shared inherited socket may
-//! lose a connection to another holder). It must never remove a path that
-//! is not a socket or that a live agent serves, and never take over a
-//! descriptor that is not a listening Unix stream socket.
+//! sandbox's own processes). Owns binding (a stale socket file nobody
+//! serves is replaced by `boxdesk_platform::socket`'s one rule), checking
+//! an inherited descriptor, and accepting with close-on-exec. The
+//! listening socket is non-blocking, so an accept after `poll(2)` never
+//! waits (a shared inherited socket may lose a connection to another
+//! holder). It must never remove a path that is not a socket or that a
+//! live agent serves, and never take over a descriptor that is not a
+//! listening Unix stream socket.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::os::unix::net::UnixListener;
 
+use boxdesk_platform::socket::{clear_if_stale, SocketError, Staleness};
 use nix::errno::Errno;
 use nix::sys::socket::{
     accept4, bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, VsockAddr,
@@ -37,6 +37,15 @@ pub enum ListenError {
     /// Another agent already serves the Unix socket path.
     #[error("{0} is already served by a running agent")]
     InUse(String),
+    /// The Unix socket path holds something that is not a stale socket
+    /// (a symlink, a regular file) or cannot be checked.
+    #[error("cannot listen on {what}: {err}")]
+    Path {
+        /// The address, for the message.
+        what: String,
+        /// What the path holds.
+        err: SocketError,
+    },
     /// The inherited descriptor is not a listening Unix stream socket.
     #[error("--listen fd:{fd}: {why}")]
     NotListening {
@@ -62,7 +71,19 @@ impl Listener {
         };
         match listen {
             Listen::Unix(path) => {
-                remove_stale(path, &what)?;
+                // A socket file left by an agent that died is removed; a
+                // live one, a symlink or anything that is not a socket is
+                // left alone and refused.
+                match clear_if_stale(path) {
+                    Ok(Staleness::Live) => return Err(ListenError::InUse(what.clone())),
+                    Ok(Staleness::Absent | Staleness::Removed) => {}
+                    Err(err) => {
+                        return Err(ListenError::Path {
+                            what: what.clone(),
+                            err,
+                        })
+                    }
+                }
                 let l = UnixListener::bind(path).map_err(err)?;
                 l.set_nonblocking(true).map_err(err)?;
                 Ok(Listener { fd: l.into() })
@@ -173,18 +194,33 @@ pub fn adopt(fd: i32) -> Result<Listener, ListenError> {
     Ok(Listener { fd: owned })
 }
 
-/// A socket file left by an agent that died is removed; a live one (it
-/// accepts a connection) or anything that is not a socket is left alone.
-fn remove_stale(path: &Path, what: &str) -> Result<(), ListenError> {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    if !meta.file_type().is_socket() {
-        return Ok(()); // bind reports EADDRINUSE, naming the path
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_socket_file_is_replaced_a_live_one_refused_and_a_regular_file_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        let unix = Listen::Unix(path.clone());
+        drop(UnixListener::bind(&path).unwrap());
+        let live = Listener::bind(&unix).expect("a stale socket file is replaced");
+        assert!(matches!(Listener::bind(&unix), Err(ListenError::InUse(_))));
+        drop(live);
+
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"data").unwrap();
+        let e = Listener::bind(&Listen::Unix(file.clone())).err().unwrap();
+        assert!(
+            matches!(
+                e,
+                ListenError::Path {
+                    err: SocketError::NotASocket { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), b"data");
     }
-    if UnixStream::connect(path).is_ok() {
-        return Err(ListenError::InUse(what.to_string()));
-    }
-    let _ = std::fs::remove_file(path);
-    Ok(())
 }

@@ -19,11 +19,11 @@ mod muxer;
 mod packet;
 mod worker;
 
-use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
+use boxdesk_platform::socket::{self, SocketError};
 use virtio_queue::{Queue, QueueT};
 
 use crate::virtio::{ActivateError, Interrupt, Memory, VirtioDevice, VIRTIO_F_VERSION_1};
@@ -43,30 +43,10 @@ pub enum VsockError {
     /// The CID is reserved (0–2) or does not fit the 32 bits guests use.
     #[error("guest cid {0} is reserved or out of range")]
     InvalidCid(u64),
-    /// A live server already answers on the socket path.
-    #[error("{} is in use by a live server", .0.display())]
-    InUse(PathBuf),
-    /// Something that is not a socket is at the path.
-    #[error("{} exists and is not a socket", .0.display())]
-    NotASocket(PathBuf),
-    /// The stale socket could not be removed.
-    #[error("cannot remove the stale socket {}", .path.display())]
-    RemoveStale {
-        /// The socket path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The socket could not be bound.
-    #[error("cannot bind {}", .path.display())]
-    Bind {
-        /// The socket path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    /// The host socket cannot be bound: a live server answers on it,
+    /// something that is not a stale socket is there, or `bind` failed.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
 }
 
 /// The virtio-vsock device.
@@ -82,56 +62,17 @@ pub struct Vsock {
     worker: Option<worker::Worker>,
 }
 
-/// Clears `path` for binding: nothing there, or a socket nobody answers on
-/// (removed). A live socket or any other file is refused.
-fn clear_stale(path: &Path) -> Result<(), VsockError> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(VsockError::Bind {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    if !meta.file_type().is_socket() {
-        return Err(VsockError::NotASocket(path.to_path_buf()));
-    }
-    match UnixStream::connect(path) {
-        Ok(_) => Err(VsockError::InUse(path.to_path_buf())),
-        // Only a refusal proves nobody listens; anything else (no
-        // permission, say) leaves the file alone and fails the bind.
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
-            .or_else(|source| match source.kind() {
-                io::ErrorKind::NotFound => Ok(()),
-                _ => Err(VsockError::RemoveStale {
-                    path: path.to_path_buf(),
-                    source,
-                }),
-            }),
-        Err(source) => Err(VsockError::Bind {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
 impl Vsock {
     /// A device for a guest with CID `guest_cid`, its host side bound at
-    /// `uds_path` (`<name>.agent`): a stale socket there is replaced, a
-    /// live one refused. Host clients may connect at once; they are served
+    /// `uds_path` (`<name>.agent`, mode 0600): a stale socket there is
+    /// replaced, a live one, a symlink or any other file refused
+    /// (`boxdesk_platform::socket::bind_exclusive`). Host clients may connect at once; they are served
     /// once the driver activates the device.
     pub fn new(guest_cid: u64, uds_path: &Path) -> Result<Vsock, VsockError> {
         if !(3..u64::from(u32::MAX)).contains(&guest_cid) {
             return Err(VsockError::InvalidCid(guest_cid));
         }
-        clear_stale(uds_path)?;
-        let bind_err = |source| VsockError::Bind {
-            path: uds_path.to_path_buf(),
-            source,
-        };
-        let listener = UnixListener::bind(uds_path).map_err(bind_err)?;
+        let listener = socket::bind_exclusive(uds_path)?;
         let bound = std::fs::symlink_metadata(uds_path)
             .ok()
             .map(|m| (m.dev(), m.ino()));

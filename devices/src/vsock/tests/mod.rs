@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
+use boxdesk_platform::SocketError;
 use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use vm_memory::{Bytes, GuestAddress};
 
@@ -146,14 +147,17 @@ fn a_stale_socket_is_replaced_a_live_one_refused_and_ours_removed_on_drop() {
     drop(UnixListener::bind(&path).unwrap());
     assert!(path.exists(), "a stale socket file");
     let dev = Vsock::new(3, &path).unwrap();
-    assert!(matches!(Vsock::new(3, &path), Err(VsockError::InUse(_))));
+    assert!(matches!(
+        Vsock::new(3, &path),
+        Err(VsockError::Socket(SocketError::InUse(_)))
+    ));
     drop(dev);
     assert!(!path.exists(), "the device removes the socket it bound");
 
     std::fs::write(&path, b"not a socket").unwrap();
     assert!(matches!(
         Vsock::new(3, &path),
-        Err(VsockError::NotASocket(_))
+        Err(VsockError::Socket(SocketError::NotASocket { .. }))
     ));
     assert!(path.exists(), "a regular file is left alone");
 }
