@@ -35,8 +35,8 @@ pub fn boot(a: BootArgs) -> anyhow::Result<i32> {
         net: false,
         keep: false,
         reuse: false,
-        pids: boxdesk::sandbox::DEFAULT_PIDS,
-        tmp_bytes: boxdesk::sandbox::DEFAULT_TMP_BYTES,
+        pids: boxdesk_sandbox::DEFAULT_PIDS,
+        tmp_bytes: boxdesk_sandbox::DEFAULT_TMP_BYTES,
         detach: false,
         vm: run::VmFlags::default(),
         exec: super::ExecOpts {

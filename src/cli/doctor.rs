@@ -43,13 +43,13 @@ pub fn doctor() -> anyhow::Result<i32> {
     println!("  user namespaces: {userns}");
     println!("  trial sandbox: {trial}");
     #[cfg(target_os = "linux")]
-    println!("{}", boxdesk::sandbox::cgroup::probe());
+    println!("{}", boxdesk_sandbox::cgroup::probe());
     let hv = boxdesk_hv::probe();
     println!("hypervisor: {hv}");
     println!("  /dev/kvm: {}", probe::dev_kvm());
     let image = boxdesk::vmm::image::find(std::env::consts::ARCH, None, None);
     let vm_ok = hv.can_boot() && image.is_ok();
-    let vm = boxdesk::sandbox::Backend::HOST_VM;
+    let vm = boxdesk::backend::Backend::HOST_VM;
     println!(
         "{vm} backend: {}",
         match (&image, hv.can_boot()) {
@@ -65,12 +65,12 @@ pub fn doctor() -> anyhow::Result<i32> {
             img.initrd.display()
         );
     }
-    if vm == boxdesk::sandbox::Backend::Kvm {
+    if vm == boxdesk::backend::Backend::Kvm {
         println!("hvf backend: macOS on Apple silicon only");
     } else {
         println!("kvm backend: Linux only");
     }
-    let auto = boxdesk::sandbox::Backend::Auto
+    let auto = boxdesk::backend::Backend::Auto
         .resolve()
         .map_or_else(|e| e.to_string(), |b| b.to_string());
     println!("--backend auto: {auto}");
@@ -81,7 +81,7 @@ pub fn doctor() -> anyhow::Result<i32> {
 fn trial_sandbox() -> Probe {
     use std::process::{Command, Stdio};
 
-    let Some(bwrap) = boxdesk::sandbox::namespace::find_bwrap() else {
+    let Some(bwrap) = boxdesk_sandbox::namespace::find_bwrap() else {
         return Probe::Missing {
             why: "bwrap is not on an absolute PATH entry".into(),
             hint: None,
@@ -89,9 +89,9 @@ fn trial_sandbox() -> Probe {
     };
     // As a real sandbox is made: by its outside ids, in a user namespace
     // of its own, with no capability.
-    let ids = boxdesk::sandbox::namespace::IdMap::for_this_process();
+    let ids = boxdesk_sandbox::namespace::IdMap::for_this_process();
     let drop_to = ids.drop_from_root.then_some((ids.uid, ids.gid));
-    let mut setup = match boxdesk::sandbox::namespace::child::ChildSetup::new(
+    let mut setup = match boxdesk_sandbox::namespace::child::ChildSetup::new(
         Vec::new(),
         &[],
         drop_to,

@@ -27,12 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use boxdesk::control::client::{self, CONNECT_TIMEOUT};
-use boxdesk::control::ClientError;
 use boxdesk_channel::{
     ChannelError, Exec, Frame, FrameWriter, SecretBytes, Session, Stream, AGENT_PORT,
 };
 use boxdesk_platform::SandboxPaths;
+use boxdesk_sandbox::control::client::{self, CONNECT_TIMEOUT};
+use boxdesk_sandbox::control::ClientError;
 use nix::sys::signal::Signal;
 use std::os::fd::AsFd;
 

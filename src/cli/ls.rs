@@ -10,11 +10,11 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use boxdesk::control::{ClientError, ControlClient};
-use boxdesk::sandbox::lock::NameLock;
-use boxdesk::sandbox::state::{Leftover, StateDir};
 use boxdesk_platform::socket::{self, Staleness};
 use boxdesk_platform::{dirs, names, SandboxPaths};
+use boxdesk_sandbox::control::{ClientError, ControlClient};
+use boxdesk_sandbox::lock::NameLock;
+use boxdesk_sandbox::state::{Leftover, StateDir};
 
 use super::run::STOP_WAIT;
 
@@ -297,10 +297,10 @@ fn clean_up_after(name: &str, paths: &SandboxPaths, state: &StateDir) {
             tracing::warn!("cannot remove {}: {e}", state.dir.display());
         }
         let _ = fs::remove_file(&paths.log);
-        let _ = fs::remove_file(boxdesk::sandbox::log::rotated(&paths.log));
+        let _ = fs::remove_file(boxdesk_sandbox::log::rotated(&paths.log));
     }
     #[cfg(target_os = "linux")]
-    if let Err(e) = boxdesk::sandbox::cgroup::remove_leftover(name) {
+    if let Err(e) = boxdesk_sandbox::cgroup::remove_leftover(name) {
         tracing::warn!("cannot remove the cgroup of {name}: {e}");
     }
     let _ = socket::clear_if_stale(&paths.sock);

@@ -19,8 +19,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use boxdesk::sandbox::helper::{self, HelperOptions};
-use boxdesk::sandbox::Backend;
+use boxdesk::backend::Backend;
+use boxdesk::helper::{self, HelperOptions};
 use boxdesk_platform::{dirs, SandboxPaths};
 use clap::{Args, Parser, Subcommand};
 
@@ -216,9 +216,9 @@ struct VmmArgs {
     keep: bool,
     #[arg(long)]
     reuse: bool,
-    #[arg(long, default_value_t = boxdesk::sandbox::DEFAULT_PIDS)]
+    #[arg(long, default_value_t = boxdesk_sandbox::DEFAULT_PIDS)]
     pids: u64,
-    #[arg(long, default_value_t = boxdesk::sandbox::DEFAULT_TMP_BYTES)]
+    #[arg(long, default_value_t = boxdesk_sandbox::DEFAULT_TMP_BYTES)]
     tmp: u64,
     #[arg(long)]
     kernel: Option<PathBuf>,
@@ -317,7 +317,9 @@ pub fn main() -> i32 {
             // A name nothing answers for may be a dead sandbox: say so,
             // and what to do about it.
             let dead = e.chain().find_map(|c| match c.downcast_ref() {
-                Some(boxdesk::control::ClientError::NoSuchSandbox(name)) => Some(name.clone()),
+                Some(boxdesk_sandbox::control::ClientError::NoSuchSandbox(name)) => {
+                    Some(name.clone())
+                }
                 _ => None,
             });
             let e = match dead {
@@ -373,7 +375,7 @@ pub fn raise_nofile() {
 
 fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
     raise_nofile();
-    boxdesk::conn::few_malloc_arenas();
+    boxdesk_sandbox::conn::few_malloc_arenas();
     let backend: Backend = a.backend.parse()?;
     let backend = backend.resolve()?;
     let foreground = a.foreground;

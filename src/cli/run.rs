@@ -18,8 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use boxdesk::control::ControlClient;
 use boxdesk_platform::{names, socket, SandboxPaths};
+use boxdesk_sandbox::control::ControlClient;
 
 use super::{exec, tty, ExecOpts};
 
@@ -65,7 +65,7 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     {
         bail!(
             "--kernel, --initrd and --rootfs need the {} backend (this sandbox uses {backend})",
-            boxdesk::sandbox::Backend::HOST_VM
+            boxdesk::backend::Backend::HOST_VM
         );
     }
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
@@ -80,8 +80,8 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     let paths = SandboxPaths::new(&runtime, &name)?;
     if !req.reuse && !generated {
         if let Some(state) = super::ls::leftover(&name) {
-            if !boxdesk::sandbox::lock::NameLock::is_held(&runtime, &name) {
-                return Err(boxdesk::sandbox::state::StateError::Leftover {
+            if !boxdesk_sandbox::lock::NameLock::is_held(&runtime, &name) {
+                return Err(boxdesk_sandbox::state::StateError::Leftover {
                     name,
                     dir: state.dir,
                 }
@@ -213,7 +213,7 @@ impl Helper {
         let mut log_start = None;
         let write_raw = write.as_raw_fd();
         if req.detach {
-            let log = boxdesk::sandbox::log::open(&paths.log)
+            let log = boxdesk_sandbox::log::open(&paths.log)
                 .with_context(|| format!("opening {}", paths.log.display()))?;
             log_start = Some(log.metadata().map_or(0, |m| m.len()));
             cmd.stdout(log.try_clone()?).stderr(log);
@@ -381,10 +381,7 @@ pub fn timed_start(req: &RunRequest) -> anyhow::Result<BootTimes> {
     let first_exec = t0.elapsed();
     let helper_rss_kib = helper_rss_kib(
         helper.child.id(),
-        u64::from(
-            req.mem_mib
-                .unwrap_or(boxdesk::sandbox::helper::DEFAULT_MEM_MIB),
-        ) << 10,
+        u64::from(req.mem_mib.unwrap_or(boxdesk::helper::DEFAULT_MEM_MIB)) << 10,
     );
     helper.stop(&paths, &name);
     match code? {

@@ -464,9 +464,9 @@ async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams) -> Outcom
         Some(sdk) => format!(
             "{}:{}",
             sdk.dir.display(),
-            crate::sandbox::namespace::PATH_INSIDE
+            boxdesk_sandbox::namespace::PATH_INSIDE
         ),
-        None => crate::sandbox::namespace::PATH_INSIDE.to_owned(),
+        None => boxdesk_sandbox::namespace::PATH_INSIDE.to_owned(),
     };
     set("PATH", &path);
     set("HOME", &home);

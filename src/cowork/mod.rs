@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use boxdesk_platform::{dirs, socket, DirError, SocketError};
 
-use crate::sandbox::{Backend, BackendError};
+use crate::backend::{Backend, BackendError};
 
 /// A value a peer may have chosen (a method name, an id, a path, a
 /// domain, an error quoting any of those), as it may appear in a log line:

@@ -98,7 +98,7 @@ pub fn dirs(top: &Path, path: &Path) -> Result<(), PrivateError> {
 pub fn sandbox_owner() -> (u32, u32) {
     static OWNER: OnceLock<(u32, u32)> = OnceLock::new();
     *OWNER.get_or_init(|| {
-        let ids = crate::sandbox::namespace::IdMap::for_this_process();
+        let ids = boxdesk_sandbox::namespace::IdMap::for_this_process();
         (ids.uid, ids.gid)
     })
 }
@@ -262,7 +262,7 @@ mod tests {
             std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
         }
         assert!(matches!(dir(&d), Err(PrivateError::NotOurs { .. })));
-        let e = crate::sandbox::log::open(&log).unwrap_err();
+        let e = boxdesk_sandbox::log::open(&log).unwrap_err();
         assert!(e.to_string().contains("refusing"), "{e}");
         assert_eq!(mode(&d), 0o755);
     }

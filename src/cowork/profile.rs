@@ -153,12 +153,12 @@ impl Profile {
 
     /// The limits of this profile's sandboxes: `memoryMB`/`cpuCount`, and
     /// the default pids cap.
-    fn limits(&self) -> crate::sandbox::cgroup::Limits {
+    fn limits(&self) -> boxdesk_sandbox::cgroup::Limits {
         let s = self.settings();
-        crate::sandbox::cgroup::Limits {
+        boxdesk_sandbox::cgroup::Limits {
             cpus: s.cpu_count.map(|c| c as f64),
             mem_mib: s.memory_mb,
-            pids: Some(crate::sandbox::DEFAULT_PIDS),
+            pids: Some(boxdesk_sandbox::DEFAULT_PIDS),
         }
     }
 
@@ -280,7 +280,7 @@ impl Profile {
     /// never through a symlink.
     fn private_log(&self, tag: &str) -> std::io::Result<()> {
         let log = self.layout.state.join(format!("sandbox-{tag}.log"));
-        crate::sandbox::log::open(&log).map(drop)
+        boxdesk_sandbox::log::open(&log).map(drop)
     }
 
     /// Whether folders can be attached to this profile's sandboxes.

@@ -31,9 +31,9 @@ use tokio::sync::Notify;
 use tokio_util::codec::Framed;
 
 use super::proxy::{self, Allowlist};
-use crate::sandbox::cgroup;
-use crate::sandbox::forward::AgentAddr;
-use crate::sandbox::namespace::{self, Bind, NamespaceError, Spec};
+use boxdesk_sandbox::cgroup;
+use boxdesk_sandbox::forward::AgentAddr;
+use boxdesk_sandbox::namespace::{self, Bind, NamespaceError, Spec};
 
 /// How long a new sandbox's agent may take to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -293,7 +293,7 @@ impl Sandbox {
             if !self.alive() {
                 return Err(SandboxError::Died {
                     log: self.log.clone(),
-                    tail: crate::sandbox::log::tail(&self.log),
+                    tail: boxdesk_sandbox::log::tail(&self.log),
                 });
             }
             if let Ok(s) = self.connect().await {
@@ -446,7 +446,7 @@ async fn keeper(
                     let pumped = std::thread::Builder::new()
                         .name("cowork-sandbox-log".into())
                         .stack_size(64 * 1024)
-                        .spawn(move || crate::sandbox::log::pump(output, &log));
+                        .spawn(move || boxdesk_sandbox::log::pump(output, &log));
                     let _ = tx.send(Ok(child.id()));
                     let _ = child.wait();
                     if let Ok(t) = pumped {

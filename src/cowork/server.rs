@@ -24,8 +24,8 @@ use super::logged;
 use super::methods;
 use super::profile::{Profile, ProfileKey};
 use super::wire::{self, Request};
-use crate::conn::stall::{next_frame, Timed};
-use crate::conn::{Admission, MAX_CONNECTIONS};
+use boxdesk_sandbox::conn::stall::{next_frame, Timed};
+use boxdesk_sandbox::conn::{Admission, MAX_CONNECTIONS};
 
 /// Turns debug logging on or off.
 pub type DebugSwitch = Box<dyn Fn(bool) + Send + Sync>;
@@ -128,7 +128,7 @@ impl Server {
 /// Accepts connections forever, at most [`MAX_CONNECTIONS`] at once: past
 /// that a peer gets one error frame (`{"success":false,"error":"too many
 /// connections"}`, written without waiting) and is closed. A peer owes its
-/// first frame within [`crate::conn::STALL_TIMEOUT`] of connecting, and
+/// first frame within [`boxdesk_sandbox::conn::STALL_TIMEOUT`] of connecting, and
 /// any frame it begins within as long of its first byte (else a `bad
 /// frame: no complete frame within 10 s` reply and close); idle between
 /// frames is normal (a pipe, a subscription) and stays.

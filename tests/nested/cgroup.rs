@@ -1,7 +1,7 @@
-//! The cgroup layer (`src/sandbox/cgroup.rs`) on a pure cgroup v2, which the
+//! The cgroup layer (`sandbox/src/cgroup.rs`) on a pure cgroup v2, which the
 //! build machines (hybrid layout, v1 controllers) cannot show: inside an
 //! x86_64 L1, `chroot /host` mounts cgroup2 at `/sys/fs/cgroup` and runs the
-//! root package's lib tests filtered to `sandbox::cgroup` twice: as root
+//! boxdesk-sandbox's lib tests filtered to `cgroup::` twice: as root
 //! (cgroups under `/sys/fs/cgroup/boxdesk`), and as nobody in a subtree
 //! delegated to it the way systemd delegates `user@UID.service` (the
 //! directory and its `cgroup.procs`, `cgroup.subtree_control` and
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The lib test binary of the root package (built if needed), or
+/// The lib test binary of boxdesk-sandbox (built if needed), or
 /// `$BOXDESK_LIB_TESTS`.
 fn lib_tests() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("BOXDESK_LIB_TESTS") {
@@ -25,7 +25,7 @@ fn lib_tests() -> Option<PathBuf> {
         .args([
             "test",
             "-p",
-            "boxdesk",
+            "boxdesk-sandbox",
             "--lib",
             "--no-run",
             "--message-format=json",
@@ -62,7 +62,7 @@ cg=/sys/fs/cgroup
 mount -t cgroup2 cgroup2 $cg
 cd /tmp
 echo "== cgroup v2 as root"
-BOXDESK_CGROUP_EXPECT=enforced "$b" sandbox::cgroup --test-threads=1 --nocapture
+BOXDESK_CGROUP_EXPECT=enforced "$b" cgroup:: --test-threads=1 --nocapture
 echo "== cgroup v2 as uid 65534 in a delegated subtree"
 echo '+memory +pids +cpu' > $cg/cgroup.subtree_control
 mkdir $cg/user.slice
@@ -73,7 +73,7 @@ chown 65534:65534 $d $d/cgroup.procs $d/cgroup.subtree_control $d/cgroup.threads
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 as_nobody mkdir $d/session.scope
 echo $$ > $d/session.scope/cgroup.procs
-as_nobody env BOXDESK_CGROUP_EXPECT=enforced "$b" sandbox::cgroup --test-threads=1 --nocapture
+as_nobody env BOXDESK_CGROUP_EXPECT=enforced "$b" cgroup:: --test-threads=1 --nocapture
 "#;
 
 #[test]

@@ -16,7 +16,7 @@
 //! unprivileged subordinate id when boxdesk runs as root ([`ids`]) — with
 //! every capability dropped (bounding set too) and no_new_privs. The agent
 //! is PID 1 (`--as-pid-1`), in a new session, under the seccomp filter of
-//! [`super::seccomp`], dies with the helper, and gets its listening socket
+//! [`crate::seccomp`], dies with the helper, and gets its listening socket
 //! as an inherited descriptor: no path inside the sandbox leads to it.
 //! Its stdout and stderr are a pipe the caller reads: nothing inside can
 //! reach a host file through them.
@@ -37,9 +37,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::seccomp;
-use super::state::StateDir;
-use super::{DEFAULT_PIDS, DEFAULT_TMP_BYTES};
+use crate::seccomp;
+use crate::state::StateDir;
+use crate::{DEFAULT_PIDS, DEFAULT_TMP_BYTES};
 use child::ChildSetup;
 pub use ids::IdMap;
 
@@ -358,7 +358,7 @@ pub struct Started {
     /// bwrap.
     pub child: Child,
     /// What the sandbox prints; the caller must keep reading it (see
-    /// [`crate::sandbox::log::pump`]) or the agent blocks on a full pipe.
+    /// [`crate::log::pump`]) or the agent blocks on a full pipe.
     pub output: File,
 }
 

@@ -16,7 +16,6 @@
 //! state it did not create, and never report anything but the namespace
 //! backend's real posture (`backend namespace`, `isolation namespaces`).
 
-use boxdesk_platform::sync::lock;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
@@ -28,21 +27,22 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use boxdesk_channel::{Frame, FrameWriter, Session};
+use boxdesk_platform::sync::lock;
 use boxdesk_platform::{dirs, socket, DirError, NameError, SandboxPaths, SocketError};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 
-use super::forward::AgentAddr;
-use super::lock::{LockError, NameLock};
+use boxdesk_sandbox::control::{self, protocol::PROTO_VERSION, Sandbox};
+use boxdesk_sandbox::forward::AgentAddr;
+use boxdesk_sandbox::lock::{LockError, NameLock};
 #[cfg(target_os = "linux")]
-use super::namespace::NamespaceError;
-use super::state::{StateDir, StateError};
-use crate::control::{self, protocol::PROTO_VERSION, Sandbox};
+use boxdesk_sandbox::namespace::NamespaceError;
+use boxdesk_sandbox::state::{StateDir, StateError};
 
 /// The namespace backend's half: bwrap, its agent, `<name>.agent`.
 #[cfg(target_os = "linux")]
 mod bwrap;
 
-/// Off Linux there is no namespace backend: [`super::Backend::resolve`]
+/// Off Linux there is no namespace backend: [`crate::backend::Backend::resolve`]
 /// refuses it before a helper starts, and a helper asked anyway says so.
 #[cfg(not(target_os = "linux"))]
 mod bwrap {
@@ -50,7 +50,7 @@ mod bwrap {
     use std::sync::Arc;
 
     use super::{fail, AgentAddr, HelperError, HelperOptions, Shared};
-    use crate::sandbox::{Backend, BackendError};
+    use crate::backend::{Backend, BackendError};
 
     pub(super) fn run(
         shared: Arc<Shared>,
@@ -130,7 +130,7 @@ pub enum HelperError {
     Socket(#[from] SocketError),
     /// The backend cannot run here.
     #[error(transparent)]
-    Backend(#[from] super::BackendError),
+    Backend(#[from] crate::backend::BackendError),
     /// The sandbox's state dir could not be prepared.
     #[error(transparent)]
     State(#[from] StateError),
@@ -141,7 +141,7 @@ pub enum HelperError {
     /// The sandbox's limits could not be set up.
     #[cfg(target_os = "linux")]
     #[error(transparent)]
-    Cgroup(#[from] super::cgroup::CgroupError),
+    Cgroup(#[from] boxdesk_sandbox::cgroup::CgroupError),
     /// The sandbox ended before its agent answered.
     #[error("the sandbox exited ({status}) before its agent answered; log {}:\n{tail}", log.display())]
     Died {
@@ -268,7 +268,7 @@ impl Sandbox for Shared {
             (
                 "backend",
                 if self.is_vm {
-                    super::Backend::HOST_VM.to_string()
+                    crate::backend::Backend::HOST_VM.to_string()
                 } else {
                     "namespace".to_owned()
                 },
@@ -419,7 +419,7 @@ impl Shared {
         }
     }
 
-    /// The one rule for the state dir at the end (see [`super::state`]).
+    /// The one rule for the state dir at the end (see [`boxdesk_sandbox::state`]).
     fn finish_state(&self, end: &End) {
         match end {
             End::Stop if self.keep => self.state.mark_stopped(),
@@ -428,7 +428,7 @@ impl Shared {
                     tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
                 }
                 let _ = std::fs::remove_file(&self.paths.log);
-                let _ = std::fs::remove_file(super::log::rotated(&self.paths.log));
+                let _ = std::fs::remove_file(boxdesk_sandbox::log::rotated(&self.paths.log));
             }
             End::Died(why) => {
                 tracing::error!(
@@ -562,11 +562,11 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
 
 /// Who owns the state dir's writable dirs: root inside the sandbox (a
 /// namespace sandbox of a root helper: the subordinate id), else us.
-fn state_owner(opts: &HelperOptions) -> super::state::Owner {
+fn state_owner(opts: &HelperOptions) -> boxdesk_sandbox::state::Owner {
     #[cfg(target_os = "linux")]
     if opts.vm.is_none() {
-        let ids = super::namespace::IdMap::for_this_process();
-        return super::state::Owner {
+        let ids = boxdesk_sandbox::namespace::IdMap::for_this_process();
+        return boxdesk_sandbox::state::Owner {
             uid: ids.uid,
             gid: ids.gid,
         };
@@ -574,7 +574,7 @@ fn state_owner(opts: &HelperOptions) -> super::state::Owner {
     let _ = opts;
     // SAFETY: getuid/getgid cannot fail.
     unsafe {
-        super::state::Owner {
+        boxdesk_sandbox::state::Owner {
             uid: libc::getuid(),
             gid: libc::getgid(),
         }

@@ -143,7 +143,7 @@ pub struct Limits {
     pub cpus: Option<f64>,
     /// Memory in MiB, swap included (`--mem`).
     pub mem_mib: Option<u64>,
-    /// Processes and threads at once (`--pids`, default [`super::DEFAULT_PIDS`]).
+    /// Processes and threads at once (`--pids`, default [`crate::DEFAULT_PIDS`]).
     pub pids: Option<u64>,
 }
 

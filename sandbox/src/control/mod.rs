@@ -3,7 +3,7 @@
 //!
 //! This module owns the wire contract of that socket and nothing about
 //! sandboxes themselves: what `info` says and what `stop` does are the
-//! helper's ([`crate::sandbox::helper`]).
+//! helper's (`boxdesk __vmm`, in the `boxdesk` binary).
 
 pub mod client;
 pub mod protocol;

@@ -525,7 +525,7 @@ fn a_user_outside_any_delegation_gets_unenforced_with_a_why() {
     let out = Command::new(&bin)
         .args([
             "--exact",
-            "sandbox::cgroup::tests::a_user_outside_any_delegation_gets_unenforced_with_a_why",
+            "cgroup::tests::a_user_outside_any_delegation_gets_unenforced_with_a_why",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -1,30 +1,12 @@
-//! Sandboxes: which backend runs one, and the helper process (`boxdesk
-//! __vmm`) that owns it for its whole life.
+//! Which backend runs a sandbox.
 //!
 //! `kvm` (Linux) and `hvf` (macOS on Apple silicon) boot a microVM
 //! ([`crate::vmm`]) when the hypervisor can really run a guest
 //! (`boxdesk_hv::probe`, cached per boot); `auto` picks this OS's one then
-//! and the namespace backend otherwise. The namespace backend ([`namespace`],
-//! [`seccomp`]) exists on Linux only; elsewhere asking for it (or for
+//! and the namespace backend otherwise. The namespace backend
+//! (`boxdesk_sandbox::namespace`) exists on Linux only; elsewhere asking for it (or for
 //! `auto` with no VM backend) is a clear error. This module must never let
 //! a namespace sandbox describe itself as a VM.
-
-#[cfg(target_os = "linux")]
-pub mod cgroup;
-pub mod forward;
-pub mod helper;
-pub mod lock;
-pub mod log;
-#[cfg(target_os = "linux")]
-pub mod namespace;
-#[cfg(target_os = "linux")]
-pub mod seccomp;
-pub mod state;
-
-/// Default cap on a namespace sandbox's processes and threads (`--pids`).
-pub const DEFAULT_PIDS: u64 = 4096;
-/// Default size of a namespace sandbox's `/tmp` and `/dev/shm` (`--tmp`).
-pub const DEFAULT_TMP_BYTES: u64 = 256 << 20;
 
 use std::fmt;
 use std::str::FromStr;

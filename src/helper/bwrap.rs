@@ -19,9 +19,9 @@ use boxdesk_platform::SandboxPaths;
 use super::{
     fail, lock, os, spawn_thread, End, HelperError, HelperOptions, Phase, Shared, READY_TIMEOUT,
 };
-use crate::sandbox::forward::{self, AgentAddr};
-use crate::sandbox::namespace::{self, Spec};
-use crate::sandbox::{cgroup, log};
+use boxdesk_sandbox::forward::{self, AgentAddr};
+use boxdesk_sandbox::namespace::{self, Spec};
+use boxdesk_sandbox::{cgroup, log};
 
 /// Runs a namespace sandbox to its end; returns only on a startup failure
 /// (after cleaning up). `agent_listener` is the bound `<name>.agent`.

@@ -1,0 +1,40 @@
+//! boxdesk-sandbox: a sandbox's life on the host, whatever backs it, and
+//! the namespace backend.
+//!
+//! * [`state`], [`lock`], [`log`] — the per-sandbox state dir and its
+//!   removal, the one-helper-per-name `flock`, and `<name>.log` (the one
+//!   log opener: 0600, no symlink, ours; capped and rotated; its tail).
+//! * [`control`] — the control socket `<name>.sock`: the protocol, the
+//!   helper's server and the client the CLI (and later cowork) uses.
+//! * [`forward`] — the hybrid `<name>.agent` socket in front of a namespace
+//!   sandbox's agent.
+//! * [`conn`] — what every host server shares about connections: the cap,
+//!   the first-request deadline, the lobby and the relay threads.
+//! * [`namespace`], [`seccomp`], [`cgroup`] — the namespace backend (Linux
+//!   only, gated at their `mod` line): the bwrap command line and spec, the
+//!   seccomp programs, per-sandbox cgroups.
+//!
+//! This crate knows no hypervisor and no VMM: it must never depend on
+//! `boxdesk-hv`, `boxdesk-devices` or `boxdesk-vmm`, so cowork can build on
+//! it alone. Which backend runs a sandbox, and the helper process that owns
+//! one, are the `boxdesk` binary's.
+
+#![deny(missing_docs)]
+
+#[cfg(target_os = "linux")]
+pub mod cgroup;
+pub mod conn;
+pub mod control;
+pub mod forward;
+pub mod lock;
+pub mod log;
+#[cfg(target_os = "linux")]
+pub mod namespace;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
+pub mod state;
+
+/// Default cap on a namespace sandbox's processes and threads (`--pids`).
+pub const DEFAULT_PIDS: u64 = 4096;
+/// Default size of a namespace sandbox's `/tmp` and `/dev/shm` (`--tmp`).
+pub const DEFAULT_TMP_BYTES: u64 = 256 << 20;
