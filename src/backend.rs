@@ -1,7 +1,7 @@
 //! Which backend runs a sandbox.
 //!
 //! `kvm` (Linux) and `hvf` (macOS on Apple silicon) boot a microVM
-//! ([`crate::vmm`]) when the hypervisor can really run a guest
+//! ([`boxdesk_vmm`]) when the hypervisor can really run a guest
 //! (`boxdesk_hv::probe`, cached per boot); `auto` picks this OS's one then
 //! and the namespace backend otherwise. The namespace backend
 //! (`boxdesk_sandbox::namespace`) exists on Linux only; elsewhere asking for it (or for
@@ -108,7 +108,7 @@ impl Backend {
                 {
                     Err("no /dev/kvm".to_owned())
                 } else {
-                    match crate::vmm::image::find(std::env::consts::ARCH, None, None) {
+                    match boxdesk_vmm::image::find(std::env::consts::ARCH, None, None) {
                         Err(e) => Err(e.to_string()),
                         Ok(_) => match probe_cached() {
                             (true, _) => Ok(Self::HOST_VM),

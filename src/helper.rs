@@ -105,7 +105,7 @@ pub struct HelperOptions {
 /// What a VM sandbox boots.
 #[derive(Debug, Clone, Default)]
 pub struct VmOptions {
-    /// `--kernel`, else the image lookup of [`crate::vmm::image`].
+    /// `--kernel`, else the image lookup of [`boxdesk_vmm::image`].
     pub kernel: Option<PathBuf>,
     /// `--initrd`, else the image lookup.
     pub initrd: Option<PathBuf>,
@@ -154,15 +154,15 @@ pub enum HelperError {
     },
     /// No guest image could be found.
     #[error(transparent)]
-    Image(#[from] crate::vmm::image::ImageError),
+    Image(#[from] boxdesk_vmm::image::ImageError),
     /// The VM could not be built or started.
     #[error("cannot start the VM: {0}")]
-    Vmm(#[from] crate::vmm::VmmError),
+    Vmm(#[from] boxdesk_vmm::VmmError),
     /// The VM ended before its agent answered.
     #[error("the VM ended ({end:?}) before its agent answered; console log {}:\n{tail}", log.display())]
     VmDied {
         /// How it ended.
-        end: crate::vmm::VmEnd,
+        end: boxdesk_vmm::VmEnd,
         /// The console log.
         log: PathBuf,
         /// Its last lines.
@@ -218,7 +218,7 @@ struct Shared {
     agent: Arc<AgentAddr>,
     lock: Mutex<Option<NameLock>>,
     /// The VM, for the `kvm` backend (set once it is started).
-    vm: Mutex<Option<Arc<crate::vmm::RunningVm>>>,
+    vm: Mutex<Option<Arc<boxdesk_vmm::RunningVm>>>,
     /// Whether this sandbox is a VM.
     is_vm: bool,
     /// The rootfs image, for `info`.
@@ -602,11 +602,14 @@ fn run_vm(
     v: &VmOptions,
 ) -> Result<std::convert::Infallible, HelperError> {
     let started = shared.started;
-    let image =
-        match crate::vmm::image::find(std::env::consts::ARCH, v.kernel.clone(), v.initrd.clone()) {
-            Ok(i) => i,
-            Err(e) => return Err(fail(shared, None, e.into())),
-        };
+    let image = match boxdesk_vmm::image::find(
+        std::env::consts::ARCH,
+        v.kernel.clone(),
+        v.initrd.clone(),
+    ) {
+        Ok(i) => i,
+        Err(e) => return Err(fail(shared, None, e.into())),
+    };
     let console = match OpenOptions::new()
         .create(true)
         .append(true)
@@ -617,7 +620,7 @@ fn run_vm(
         Ok(f) => f,
         Err(e) => return Err(fail(shared, None, os("opening the console log")(e))),
     };
-    let spec = crate::vmm::VmSpec {
+    let spec = boxdesk_vmm::VmSpec {
         kernel: image.kernel,
         initrd: image.initrd,
         mem_mib: opts.mem_mib.unwrap_or(DEFAULT_MEM_MIB),
@@ -626,7 +629,7 @@ fn run_vm(
         console,
         rootfs: v.rootfs.clone(),
     };
-    let vm = match crate::vmm::RunningVm::start(spec) {
+    let vm = match boxdesk_vmm::RunningVm::start(spec) {
         Ok(vm) => Arc::new(vm),
         Err(e) => return Err(fail(shared, None, e.into())),
     };
@@ -688,22 +691,22 @@ fn run_vm(
         let tail = vm.serial_tail();
         let panicked = tail.contains("Kernel panic");
         let why = match &end {
-            crate::vmm::VmEnd::Reset if panicked => {
+            boxdesk_vmm::VmEnd::Reset if panicked => {
                 tracing::error!("the guest kernel panicked; console tail:\n{tail}");
                 "the guest kernel panicked".to_owned()
             }
-            crate::vmm::VmEnd::Reset => {
+            boxdesk_vmm::VmEnd::Reset => {
                 tracing::error!(
                     "the guest rebooted itself (a VM cannot reboot: stopping); console tail:\n{tail}"
                 );
                 "the guest rebooted itself".to_owned()
             }
-            crate::vmm::VmEnd::Poweroff => {
+            boxdesk_vmm::VmEnd::Poweroff => {
                 tracing::info!("the guest powered off; the sandbox stops");
                 shared.teardown(0, End::Stop);
             }
-            crate::vmm::VmEnd::Killed => "the VM was killed".to_owned(),
-            crate::vmm::VmEnd::Crash { reason, serial } => {
+            boxdesk_vmm::VmEnd::Killed => "the VM was killed".to_owned(),
+            boxdesk_vmm::VmEnd::Crash { reason, serial } => {
                 tracing::error!("the VM crashed: {reason}; console tail:\n{serial}");
                 format!("the VM crashed: {reason}")
             }

@@ -47,7 +47,7 @@ pub fn doctor() -> anyhow::Result<i32> {
     let hv = boxdesk_hv::probe();
     println!("hypervisor: {hv}");
     println!("  /dev/kvm: {}", probe::dev_kvm());
-    let image = boxdesk::vmm::image::find(std::env::consts::ARCH, None, None);
+    let image = boxdesk_vmm::image::find(std::env::consts::ARCH, None, None);
     let vm_ok = hv.can_boot() && image.is_ok();
     let vm = boxdesk::backend::Backend::HOST_VM;
     println!(

@@ -17,7 +17,7 @@ fn can_boot(test: &str) -> bool {
     let env = TestEnv::new();
     let out = env.run(["doctor"]);
     let accelerated = out.stdout.contains("kvm (accelerated)");
-    let image = boxdesk::vmm::image::KERNEL_NAMES
+    let image = boxdesk_vmm::image::KERNEL_NAMES
         .iter()
         .any(|k| image_dir().join(k).is_file())
         && image_dir().join("initramfs.cpio.gz").is_file();
@@ -52,7 +52,7 @@ fn image_dir() -> std::path::PathBuf {
 
 /// The image's kernel (`vmlinux` on x86_64, `Image` on aarch64).
 fn kernel_file() -> std::path::PathBuf {
-    boxdesk::vmm::image::in_dir(&image_dir())
+    boxdesk_vmm::image::in_dir(&image_dir())
         .expect("the image (can_boot checked it)")
         .kernel
 }

@@ -42,7 +42,7 @@ mod sys {
     use vmm_sys_util::eventfd::EventFd;
 
     use super::Lines;
-    use crate::vmm::VmmError;
+    use crate::VmmError;
 
     /// An irqfd.
     #[derive(Debug)]
@@ -89,7 +89,7 @@ mod sys {
     use boxdesk_hv::Vm as _;
 
     use super::Lines;
-    use crate::vmm::{HvVm, VmmError};
+    use crate::{HvVm, VmmError};
 
     /// A line pulsed through the VM.
     struct VmIrq {

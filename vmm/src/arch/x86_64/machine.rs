@@ -1,4 +1,4 @@
-//! The x86_64 machine the generic VMM ([`crate::vmm`]) assembles on KVM:
+//! The x86_64 machine the generic VMM ([`crate`]) assembles on KVM:
 //! in-kernel PIC/IOAPIC/LAPIC and PIT, the 8250 console on COM1 (IRQ 4),
 //! the i8042 reset line, virtio-mmio slots in the 32-bit hole announced on
 //! the command line, the zero page and MP table, and each vCPU's boot state.
@@ -14,7 +14,7 @@ use vm_memory::{GuestAddress, GuestMemoryMmap};
 
 use super::layout;
 use super::{ArchError, LoadedKernel};
-use crate::vmm::{dev, irq, Buses, HvVcpu, VmmError};
+use crate::{dev, irq, Buses, HvVcpu, VmmError};
 
 /// The most vCPUs this machine gives a guest.
 pub const MAX_VCPUS: u32 = layout::MAX_VCPUS;
@@ -97,7 +97,7 @@ fn cmdline(devices: &[(u64, u32)], rootfs: Option<bool>) -> String {
     for (addr, irq) in devices {
         c.push_str(&format!(" virtio_mmio.device=4K@{addr:#x}:{irq}"));
     }
-    c.push_str(crate::vmm::rootfs_args(rootfs));
+    c.push_str(crate::rootfs_args(rootfs));
     c
 }
 

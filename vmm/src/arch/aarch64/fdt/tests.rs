@@ -62,7 +62,7 @@ fn dtc(from: &str, to: &str, input: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/vmm/arch/aarch64/testdata/fdt-2cpu.dts")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/arch/aarch64/testdata/fdt-2cpu.dts")
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The aarch64 machine the generic VMM ([`crate::vmm`]) assembles on an
+//! The aarch64 machine the generic VMM ([`crate`]) assembles on an
 //! aarch64 host: GICv3, PL011 console, PL031 RTC, virtio-mmio slots, the
 //! device tree, the boot vCPU's registers, and PSCI calls the backend
 //! leaves to the VMM (Hypervisor.framework: `CPU_ON`, `CPU_OFF`,
@@ -22,7 +22,7 @@ use super::layout::{self, RAM_START, RTC_START, UART_SPI, UART_START};
 use super::loader::{self, LoadedKernel};
 use super::power::CpuPower;
 use super::ArchError;
-use crate::vmm::{dev, irq, Buses, HvVcpu, VmmError};
+use crate::{dev, irq, Buses, HvVcpu, VmmError};
 
 /// The most vCPUs this machine gives a guest.
 pub const MAX_VCPUS: u32 = layout::MAX_VCPUS;
@@ -92,7 +92,7 @@ pub fn virtio_slot(i: usize) -> Option<(u64, u32)> {
 fn cmdline(rootfs: Option<bool>) -> String {
     let mut c =
         String::from("console=ttyAMA0 panic=-1 nomodules ipv6.disable=1 rdinit=/init quiet");
-    c.push_str(crate::vmm::rootfs_args(rootfs));
+    c.push_str(crate::rootfs_args(rootfs));
     c
 }
 

@@ -10,6 +10,8 @@
 //! [`vcpu`]), plus the vsock device's event thread. A stop kicks every
 //! vCPU, whose `run` then returns `Cancelled`.
 
+#![deny(missing_docs)]
+
 pub mod arch;
 pub mod image;
 mod irq;
@@ -30,8 +32,9 @@ use boxdesk_devices::virtio::{Memory, VirtioDevice};
 use boxdesk_hv::{DefaultHypervisor, Hypervisor, MapFlags, Vm as _};
 use vm_memory::GuestMemoryBackend as _;
 
-/// The host's hypervisor VM and vCPU types (KVM on Linux, HVF on macOS).
+/// The host's hypervisor VM type (KVM on Linux, HVF on macOS).
 pub type HvVm = <DefaultHypervisor as Hypervisor>::Vm;
+/// The host's hypervisor vCPU type, one per vCPU thread.
 pub type HvVcpu = <HvVm as boxdesk_hv::Vm>::Vcpu;
 
 /// Why a VM could not be built or started.
