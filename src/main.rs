@@ -3,10 +3,19 @@
 //! binary) and is dispatched before anything else runs; everything else
 //! goes through [`cli`].
 //!
+//! The binary is the glue over the library crates: [`backend`] (which
+//! backend runs a sandbox: it needs the VMM's image lookup and the
+//! hypervisor probe), [`helper`] (`boxdesk __vmm`, the process that owns
+//! one sandbox), and the command line. The sandboxes, the control socket
+//! and the namespace backend are `boxdesk_sandbox`'s, the VMM is
+//! `boxdesk_vmm`, cowork is `boxdesk_cowork`.
+//!
 //! This file is the binary's edge: the only place besides `cli` where
 //! `anyhow` errors become a message and exit code 125.
 
+mod backend;
 mod cli;
+mod helper;
 
 fn main() {
     let mut args = std::env::args_os();

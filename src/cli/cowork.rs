@@ -1,5 +1,7 @@
 //! `boxdesk cowork -socket PATH`: logging whose level `setDebugLogging`
-//! can change at runtime, then the server of [`boxdesk::cowork`].
+//! can change at runtime, the backend check (cowork's sandboxes run on the
+//! namespace backend until VMs can share host folders), then the server of
+//! [`boxdesk_cowork`].
 //!
 //! The app passes `-socket` with one dash; clap knows only `--socket`, so
 //! the argument is rewritten before parsing. Off Linux the command exists
@@ -57,12 +59,34 @@ pub fn cowork(socket: PathBuf) -> i32 {
         let _ = handle.modify(|f| *f = level);
         tracing::info!("debug logging {}", if on { "on" } else { "off" });
     });
-    match boxdesk::cowork::main(boxdesk::cowork::Options { socket, debug }) {
+    if let Err(e) = cowork_backend() {
+        eprintln!("boxdesk cowork: {e:#}");
+        return EXIT_BOXDESK;
+    }
+    match boxdesk_cowork::main(boxdesk_cowork::Options { socket, debug }) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("boxdesk cowork: {e}");
             EXIT_BOXDESK
         }
+    }
+}
+
+/// Refuses a `BOXDESK_BACKEND` cowork cannot use: its sandboxes need host
+/// folders, which only the namespace backend shares today (a VM needs
+/// virtio-fs), so `auto` and `namespace` pass and `kvm`/`hvf` are refused
+/// with that reason; an unknown word is refused as for `run`. Unset, empty
+/// or not UTF-8 means `auto`.
+#[cfg(target_os = "linux")]
+fn cowork_backend() -> anyhow::Result<()> {
+    use crate::backend::Backend;
+    let backend = match std::env::var("BOXDESK_BACKEND") {
+        Ok(w) if !w.is_empty() => w.parse::<Backend>()?,
+        _ => Backend::Auto,
+    };
+    match backend {
+        Backend::Auto | Backend::Namespace => Ok(()),
+        vm => anyhow::bail!("cowork runs on the namespace backend: the {vm} backend cannot share host folders with a VM yet (no virtio-fs); unset BOXDESK_BACKEND or set it to namespace"),
     }
 }
 

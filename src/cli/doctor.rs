@@ -49,7 +49,7 @@ pub fn doctor() -> anyhow::Result<i32> {
     println!("  /dev/kvm: {}", probe::dev_kvm());
     let image = boxdesk_vmm::image::find(std::env::consts::ARCH, None, None);
     let vm_ok = hv.can_boot() && image.is_ok();
-    let vm = boxdesk::backend::Backend::HOST_VM;
+    let vm = crate::backend::Backend::HOST_VM;
     println!(
         "{vm} backend: {}",
         match (&image, hv.can_boot()) {
@@ -65,12 +65,12 @@ pub fn doctor() -> anyhow::Result<i32> {
             img.initrd.display()
         );
     }
-    if vm == boxdesk::backend::Backend::Kvm {
+    if vm == crate::backend::Backend::Kvm {
         println!("hvf backend: macOS on Apple silicon only");
     } else {
         println!("kvm backend: Linux only");
     }
-    let auto = boxdesk::backend::Backend::Auto
+    let auto = crate::backend::Backend::Auto
         .resolve()
         .map_or_else(|e| e.to_string(), |b| b.to_string());
     println!("--backend auto: {auto}");

@@ -18,9 +18,9 @@ mod tty;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use crate::backend::Backend;
+use crate::helper::{self, HelperOptions};
 use anyhow::{bail, Context as _};
-use boxdesk::backend::Backend;
-use boxdesk::helper::{self, HelperOptions};
 use boxdesk_platform::{dirs, SandboxPaths};
 use clap::{Args, Parser, Subcommand};
 

@@ -65,7 +65,7 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     {
         bail!(
             "--kernel, --initrd and --rootfs need the {} backend (this sandbox uses {backend})",
-            boxdesk::backend::Backend::HOST_VM
+            crate::backend::Backend::HOST_VM
         );
     }
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
@@ -381,7 +381,7 @@ pub fn timed_start(req: &RunRequest) -> anyhow::Result<BootTimes> {
     let first_exec = t0.elapsed();
     let helper_rss_kib = helper_rss_kib(
         helper.child.id(),
-        u64::from(req.mem_mib.unwrap_or(boxdesk::helper::DEFAULT_MEM_MIB)) << 10,
+        u64::from(req.mem_mib.unwrap_or(crate::helper::DEFAULT_MEM_MIB)) << 10,
     );
     helper.stop(&paths, &name);
     match code? {

@@ -767,6 +767,24 @@ fn a_second_server_on_a_live_socket_exits_non_zero_and_a_stale_one_is_replaced()
 }
 
 #[test]
+fn a_vm_backend_or_an_unknown_one_is_refused_before_the_socket_is_bound() {
+    let env = crate::support::TestEnv::new();
+    let sock = env.xdg_runtime.join("vm.sock");
+    for (word, says) in [
+        ("kvm", "the kvm backend cannot share host folders"),
+        ("hvf", "the hvf backend cannot share host folders"),
+        ("qemu", "unknown backend \"qemu\""),
+    ] {
+        let mut c = env.cmd(["cowork", "-socket"]);
+        c.arg(&sock).env("BOXDESK_BACKEND", word);
+        let out = crate::support::output(c);
+        assert_eq!(out.code(), 125, "{word}: {out}");
+        assert!(out.stderr.contains(says), "{word}: {out}");
+        assert!(!sock.exists(), "{word}: bound {}", sock.display());
+    }
+}
+
+#[test]
 fn an_unsafe_socket_directory_or_a_symlinked_socket_is_refused() {
     let env = crate::support::TestEnv::new();
     let open = env.root().join("open");

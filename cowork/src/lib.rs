@@ -1,6 +1,7 @@
-//! The cowork frontend: `boxdesk cowork -socket PATH`, a drop-in server for
-//! the helper protocol the Claude Desktop app speaks on Linux
-//! (`seeds/000_29b7676988e0ff03.txt`, `COWORK.md`).
+//! boxdesk-cowork: the cowork frontend, `boxdesk cowork -socket PATH`, a
+//! drop-in server for the helper protocol the Claude Desktop app speaks on
+//! Linux (`seeds/000_29b7676988e0ff03.txt`, `COWORK.md`). Linux only: on
+//! other hosts this crate is empty and the CLI says cowork needs Linux.
 //!
 //! Module map: [`wire`] (framing, envelopes) → [`server`] (socket, the
 //! three connection modes) → [`methods`] (every method) → [`profile`]
@@ -13,9 +14,16 @@
 //! and logs (0600). Every value a peer chose goes through [`logged`]
 //! before it reaches a log line.
 //!
-//! Backend: COWORK.md's `auto` is the namespace backend until VMs can share
-//! host folders; `BOXDESK_BACKEND=kvm|hvf` is refused clearly because no
-//! VM backend exists yet. The frontend never depends on which backend runs.
+//! Backend: which backend may run cowork's sandboxes is the `boxdesk`
+//! binary's decision, made before it calls [`main`] (COWORK.md's `auto` is
+//! the namespace backend until VMs can share host folders, so it refuses
+//! `BOXDESK_BACKEND=kvm|hvf`). This crate builds on `boxdesk-sandbox` and
+//! `boxdesk-channel` and must never depend on `boxdesk-hv`,
+//! `boxdesk-devices` or `boxdesk-vmm` (`cargo tree -p boxdesk-cowork`
+//! shows none of them).
+
+#![cfg(target_os = "linux")]
+#![deny(missing_docs)]
 
 pub mod allowlist;
 pub mod events;
@@ -40,8 +48,6 @@ use std::sync::Arc;
 
 use boxdesk_platform::{dirs, socket, DirError, SocketError};
 
-use crate::backend::{Backend, BackendError};
-
 /// A value a peer may have chosen (a method name, an id, a path, a
 /// domain, an error quoting any of those), as it may appear in a log line:
 /// control characters and bidi overrides escaped, so no peer can forge a
@@ -61,12 +67,6 @@ pub enum CoworkError {
     /// symlink, a path too long…).
     #[error("{0}")]
     Socket(#[from] SocketError),
-    /// The backend cannot serve cowork.
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-    /// The backend cannot share host folders, which cowork needs.
-    #[error("cowork runs on the namespace backend: the {0} backend cannot share host folders with a VM yet (no virtio-fs); unset BOXDESK_BACKEND or set it to namespace")]
-    NoSharedFolders(Backend),
     /// The socket path has no parent directory.
     #[error("{} has no parent directory", .0.display())]
     NoParent(PathBuf),
@@ -91,14 +91,6 @@ pub struct Options {
 /// process, removes the socket and returns. Call it while the process is
 /// still single-threaded: it enters a private mount namespace first.
 pub fn main(opts: Options) -> Result<(), CoworkError> {
-    let backend = match std::env::var("BOXDESK_BACKEND") {
-        Ok(w) if !w.is_empty() => w.parse::<Backend>()?,
-        _ => Backend::Auto,
-    };
-    if !matches!(backend, Backend::Auto | Backend::Namespace) {
-        // A VM cannot share host folders until boxdesk has virtio-fs.
-        return Err(CoworkError::NoSharedFolders(backend));
-    }
     if let Err(why) = mounts::enter_private_namespace() {
         tracing::warn!(
             "folders cannot be mounted into sandboxes: no private mount namespace: {why}"
