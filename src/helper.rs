@@ -16,10 +16,9 @@
 //! state it did not create, and never report anything but the namespace
 //! backend's real posture (`backend namespace`, `isolation namespaces`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -610,13 +609,7 @@ fn run_vm(
         Ok(i) => i,
         Err(e) => return Err(fail(shared, None, e.into())),
     };
-    let console = match OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&shared.paths.log)
-    {
+    let console = match boxdesk_sandbox::log::open(&shared.paths.log) {
         Ok(f) => f,
         Err(e) => return Err(fail(shared, None, os("opening the console log")(e))),
     };
