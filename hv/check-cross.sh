@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Type-checks and lints, for the targets this machine cannot run, boxdesk-hv
-# (its tests and bench too) and the root package boxdesk (lib, bin, tests,
-# benches; checking it checks every workspace crate it depends on):
+# (its tests and bench too), boxdesk-sandbox, boxdesk-vmm and boxdesk-cowork
+# (their unit tests too) and the root package boxdesk (bin, tests, benches;
+# checking it checks every workspace crate it depends on):
 #
 #   aarch64-apple-darwin        the Hypervisor.framework backend (never runs
 #                               here) and boxdesk on macOS, where the
@@ -45,10 +46,11 @@ for target in "${targets[@]}"; do
   for tool in check clippy; do
     lints=()
     [ "$tool" = clippy ] && lints=(-- -D warnings)
-    say "cargo $tool --target $target -p boxdesk-hv -p boxdesk"
+    say "cargo $tool --target $target -p boxdesk-hv -p boxdesk-sandbox -p boxdesk-vmm -p boxdesk-cowork -p boxdesk"
     # Debian's cargo (with its std source) must shadow rustup's, only here.
     PATH=/usr/bin:$PATH RUSTC_BOOTSTRAP=1 cargo "$tool" \
-      -Zbuild-std=std,panic_unwind,test --target "$target" -p boxdesk-hv -p boxdesk \
+      -Zbuild-std=std,panic_unwind,test --target "$target" \
+      -p boxdesk-hv -p boxdesk-sandbox -p boxdesk-vmm -p boxdesk-cowork -p boxdesk \
       --all-targets --target-dir "$cache/cross-check" "${lints[@]}"
   done
 done

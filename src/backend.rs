@@ -1,12 +1,13 @@
-//! Which backend runs a sandbox.
+//! Which backend runs a sandbox. It lives in the binary because it needs
+//! both sides: the VMM's image lookup and the hypervisor probe.
 //!
 //! `kvm` (Linux) and `hvf` (macOS on Apple silicon) boot a microVM
 //! ([`boxdesk_vmm`]) when the hypervisor can really run a guest
 //! (`boxdesk_hv::probe`, cached per boot); `auto` picks this OS's one then
 //! and the namespace backend otherwise. The namespace backend
-//! (`boxdesk_sandbox::namespace`) exists on Linux only; elsewhere asking for it (or for
-//! `auto` with no VM backend) is a clear error. This module must never let
-//! a namespace sandbox describe itself as a VM.
+//! (`boxdesk_sandbox::namespace`) exists on Linux only; elsewhere asking
+//! for it (or for `auto` with no VM backend) is a clear error. This module
+//! must never let a namespace sandbox describe itself as a VM.
 
 use std::fmt;
 use std::str::FromStr;

@@ -41,8 +41,9 @@ use boxdesk_sandbox::state::{StateDir, StateError};
 #[cfg(target_os = "linux")]
 mod bwrap;
 
-/// Off Linux there is no namespace backend: [`crate::backend::Backend::resolve`]
-/// refuses it before a helper starts, and a helper asked anyway says so.
+/// Off Linux there is no namespace backend:
+/// [`crate::backend::Backend::resolve`] refuses it before a helper starts,
+/// and a helper asked anyway says so.
 #[cfg(not(target_os = "linux"))]
 mod bwrap {
     use std::os::unix::net::UnixListener;
