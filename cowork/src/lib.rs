@@ -10,9 +10,9 @@
 //! session; events via [`utf8`] into [`events`]). [`mounts`] attaches host
 //! folders to running sandboxes, [`proxy`] is the `allowedDomains`
 //! proxy (its rules: [`allowlist`]), [`sessions`] the session dirs,
-//! [`files`] `readFile`, [`private`] the server's own directories (0700)
-//! and logs (0600). Every value a peer chose goes through [`logged`]
-//! before it reaches a log line.
+//! [`files`] `readFile`, [`private`] the server's own directories (0700;
+//! logs are `boxdesk_sandbox::log`'s). Every value a peer chose goes
+//! through [`logged`] before it reaches a log line.
 //!
 //! Backend: which backend may run cowork's sandboxes is the `boxdesk`
 //! binary's decision, made before it calls [`main`] (COWORK.md's `auto` is

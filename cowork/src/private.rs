@@ -1,14 +1,13 @@
-//! The cowork server's own files on the host: its data and runtime
-//! directories (0700) and its log files (0600).
+//! The cowork server's own directories on the host: its data and runtime
+//! directories (0700). Its sandboxes' logs are opened, like every log, by
+//! `boxdesk_sandbox::log::open` (0600, never through a symlink, ours).
 //!
 //! A directory is created 0700; one that already exists and is ours is
 //! *tightened* to 0700 (earlier versions made them 0755, and refusing to
 //! start over our own mistake would only break the app), with one log
 //! line saying so. One owned by another uid, a symlink, or not a directory
 //! is refused: this module never follows a symlink in the last component
-//! and never uses, or changes, anything another user owns. Logs are opened
-//! `O_NOFOLLOW | O_APPEND`, created 0600, tightened the same way, and
-//! refused unless they are regular files of ours.
+//! and never uses, or changes, anything another user owns.
 //!
 //! The directories a sandbox uses (the sessions dir, the home mirror and
 //! what the server makes beneath them) belong to the sandbox's outside
