@@ -91,8 +91,12 @@ pub struct HelperOptions {
     /// Run over a state dir an earlier sandbox of this name left.
     pub reuse: bool,
     /// Most processes and threads inside (namespace backend).
+    // The CLI sets these everywhere; only the namespace backend (Linux)
+    // reads them.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub pids: u64,
     /// Size of `/tmp` and `/dev/shm`, bytes (namespace backend).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub tmp_bytes: u64,
     /// Where to write one byte once ready. Closed without a byte on a
     /// failed start; otherwise held open until the helper exits, so the
@@ -143,6 +147,7 @@ pub enum HelperError {
     #[error(transparent)]
     Cgroup(#[from] boxdesk_sandbox::cgroup::CgroupError),
     /// The sandbox ended before its agent answered.
+    #[cfg(target_os = "linux")]
     #[error("the sandbox exited ({status}) before its agent answered; log {}:\n{tail}", log.display())]
     Died {
         /// How bwrap ended.
