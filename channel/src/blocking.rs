@@ -50,7 +50,7 @@ pub fn check_header(peer: [u8; HEADER_LEN]) -> Result<(), ChannelError> {
     }
 }
 
-fn read_exact_or_eof<R: Read + ?Sized>(
+pub(crate) fn read_exact_or_eof<R: Read + ?Sized>(
     r: &mut R,
     buf: &mut [u8],
     what: &'static str,
@@ -83,6 +83,18 @@ impl<R: Read> FrameReader<R> {
             start: 0,
             end: 0,
         }
+    }
+
+    /// A reader over `inner` whose first bytes are `read_ahead`, bytes of
+    /// the stream already read from it (behind a hybrid `OK` line).
+    pub(crate) fn with_read_ahead(inner: R, read_ahead: &[u8]) -> Self {
+        let mut r = Self::new(inner);
+        if read_ahead.len() > r.buf.len() {
+            r.buf = vec![0; read_ahead.len()].into_boxed_slice();
+        }
+        r.buf[..read_ahead.len()].copy_from_slice(read_ahead);
+        r.end = read_ahead.len();
+        r
     }
 
     /// Reads the next frame. `Ok(None)` is a clean end of stream at a frame

@@ -16,8 +16,10 @@
 //! * [`blocking`] — [`FrameReader`]/[`FrameWriter`] over `Read`/`Write` and the
 //!   header [`handshake`];
 //! * `codec` (feature `tokio`) — a `tokio_util` codec over the same core;
+//! * [`hybrid`] — the hybrid-vsock preamble (`CONNECT <port>\n`, `OK <port>\n`
+//!   or `ERR <why>\n`): its grammar and rules, for the client and both servers;
 //! * [`session`] — a client [`Session`] over Unix sockets, the VMM's hybrid
-//!   vsock socket (`CONNECT <port>\n`) and, on Linux, AF_VSOCK.
+//!   vsock socket and, on Linux, AF_VSOCK.
 //!
 //! ```
 //! use boxdesk_channel::{Frame, FrameReader, FrameWriter};
@@ -36,6 +38,7 @@ pub mod blocking;
 pub mod codec;
 mod error;
 pub mod frame;
+pub mod hybrid;
 pub mod sanitize;
 pub mod secret;
 pub mod session;

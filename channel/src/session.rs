@@ -2,8 +2,9 @@
 //! the VMM's hybrid vsock socket, or (Linux) AF_VSOCK.
 //!
 //! The hybrid socket is Firecracker's convention: the host connects to a
-//! Unix socket, writes `CONNECT <port>\n` and reads `OK <hostport>\n`; the
-//! AGCH stream starts after that line. The namespace backend's
+//! Unix socket, writes `CONNECT <port>\n` and reads `OK <hostport>\n` (or
+//! `ERR <why>\n`, an error here); the AGCH stream starts after that line.
+//! The lines are [`crate::hybrid`]'s. The namespace backend's
 //! `<name>.agent` speaks the same preamble, so a client has one path for
 //! every backend.
 
@@ -14,13 +15,13 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::{handshake, ChannelError, Frame, FrameReader, FrameWriter};
+use crate::blocking::{check_header, read_exact_or_eof};
+use crate::{
+    handshake, hybrid, session_header, ChannelError, Frame, FrameReader, FrameWriter, HEADER_LEN,
+};
 
 /// How long connecting may wait for the peer's header or preamble reply.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Longest `OK <port>\n` line accepted from a hybrid socket.
-const PREAMBLE_MAX: usize = 64;
 
 /// A connected byte stream a session runs over.
 #[derive(Debug)]
@@ -135,10 +136,14 @@ impl Session {
             stream: &stream,
             at: Instant::now() + limit,
         };
-        hybrid_preamble(&mut timed, port)?;
-        handshake(&mut timed)?;
+        let read_ahead = hybrid_handshake(&mut timed, port)?;
         stream.set_write_timeout(None)?;
-        Self::ready(Stream::Unix(stream))
+        stream.set_read_timeout(None)?;
+        let stream = Stream::Unix(stream);
+        Ok(Self {
+            writer: FrameWriter::new(stream.try_clone()?),
+            reader: FrameReader::with_read_ahead(stream, &read_ahead),
+        })
     }
 
     /// Connects to `port` of the VM with context id `cid` over AF_VSOCK.
@@ -236,32 +241,61 @@ impl Write for Deadline<'_> {
     }
 }
 
-/// Writes `CONNECT <port>\n` and reads the one-line answer byte by byte,
-/// so no byte of the AGCH stream behind it is consumed.
-fn hybrid_preamble(s: &mut (impl Read + Write), port: u32) -> Result<(), ChannelError> {
-    s.write_all(format!("CONNECT {port}\n").as_bytes())?;
-    let mut line = Vec::with_capacity(16);
-    let mut byte = [0u8; 1];
-    loop {
-        if s.read(&mut byte)? == 0 {
-            return Err(ChannelError::HybridRefused(format!(
-                "closed after {:?}",
-                String::from_utf8_lossy(&line)
-            )));
-        }
-        if byte[0] == b'\n' {
-            break;
-        }
-        line.push(byte[0]);
-        if line.len() > PREAMBLE_MAX {
-            return Err(ChannelError::HybridRefused("answer line too long".into()));
-        }
+/// The hybrid preamble and the handshake in as few system calls as they
+/// allow: `CONNECT <port>\n` and our session header in one write (the
+/// server keeps bytes behind the line for the stream: [`hybrid`]'s rules),
+/// then reads of up to a whole reply and header at once (the agent's
+/// header follows the `OK` line at once, both sides writing first). What
+/// was read past the peer's header is returned, for the session's reader.
+fn hybrid_handshake(s: &mut (impl Read + Write), port: u32) -> Result<Vec<u8>, ChannelError> {
+    let refused = |why: &dyn std::fmt::Display| Err(ChannelError::HybridRefused(why.to_string()));
+    if !(1..=hybrid::MAX_PORT).contains(&port) {
+        return refused(&hybrid::ConnectError::PortRange);
     }
-    let text = String::from_utf8_lossy(&line);
-    match text.strip_prefix("OK ").map(|n| n.trim().parse::<u32>()) {
-        Some(Ok(_)) => Ok(()),
-        _ => Err(ChannelError::HybridRefused(
-            crate::sanitize_error(&text).into_owned(),
-        )),
+    let mut hello = hybrid::request(port).into_bytes();
+    hello.extend_from_slice(&session_header());
+    // A server that refuses at once (another uid, its cap) may close before
+    // our write: its `ERR` line is still there to read, the better error.
+    let wrote = s.write_all(&hello);
+    let mut buf = [0u8; hybrid::REPLY_MAX + HEADER_LEN];
+    let mut got = 0;
+    let line = loop {
+        let n = match s.read(&mut buf[got..]) {
+            Ok(n) if n > 0 => n,
+            // Nothing (more) to read: a failed write of ours is the error.
+            r => {
+                wrote?;
+                return match r {
+                    Err(e) => Err(e.into()),
+                    Ok(_) => refused(&format_args!(
+                        "closed after {:?}",
+                        crate::sanitize_error(&String::from_utf8_lossy(&buf[..got]))
+                    )),
+                };
+            }
+        };
+        got += n;
+        match hybrid::scan_reply(&buf[..got]) {
+            hybrid::Reply::Partial => {}
+            hybrid::Reply::Ok { len, .. } => break len,
+            hybrid::Reply::Err(why) => return refused(&why),
+            hybrid::Reply::Malformed(bad) => {
+                let line = buf[..got].split(|&b| b == b'\n').next().unwrap_or_default();
+                return refused(&format_args!(
+                    "{bad}: {}",
+                    crate::sanitize_error(&String::from_utf8_lossy(line))
+                ));
+            }
+        }
+    };
+    wrote?;
+    let header_end = line + HEADER_LEN;
+    if got < header_end {
+        read_exact_or_eof(s, &mut buf[got..header_end], "the session header")?;
+        got = header_end;
     }
+    let mut peer = [0u8; HEADER_LEN];
+    peer.copy_from_slice(&buf[line..header_end]);
+    check_header(peer)?;
+    Ok(buf[header_end..got].to_vec())
 }

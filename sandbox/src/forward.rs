@@ -2,19 +2,26 @@
 //! `CONNECT 1024\n`, gets `OK <n>\n`, and from then on its bytes are copied
 //! to a fresh connection to the agent's own Unix socket and back.
 //!
-//! This module owns the preamble and the byte copying: a lobby thread
-//! ([`crate::conn::lobby`]) holds each new connection until its preamble
-//! line is in, then a relay thread ([`crate::conn::workers`], reused)
-//! copies both ways over non-blocking sockets and `poll`, with a 64 KiB
-//! buffer per direction held only while bytes flow, a half-close passed
-//! on as a half-close, and any error ending that connection only. Limits: at most
-//! [`MAX_CONNECTIONS`] at once (then `ERR too many connections`), a
-//! preamble within [`crate::conn::STALL_TIMEOUT`] of connecting (else `ERR
-//! no preamble in time`). Once relayed a connection is the agent's: it
-//! stays as long as both ends keep it (an exec can run for hours), and the
-//! agent applies its own rules to the session inside. It must never look
-//! inside the AGCH stream, never buffer more than one read per direction,
-//! and never let a peer of another uid through.
+//! The preamble's grammar and rules are [`boxdesk_channel::hybrid`]'s, the
+//! same as the VMM's vsock muxer: the peer's uid checked first, the line
+//! judged at its first bad byte and never read past
+//! [`hybrid::REQUEST_MAX`], every refusal one `ERR <why>\n` line. Only
+//! port [`AGENT_PORT`] has a listener here.
+//!
+//! This module owns serving the preamble and the byte copying: a lobby
+//! thread ([`crate::conn::lobby`]) holds each new connection until its
+//! preamble line is settled, then a relay thread ([`crate::conn::workers`],
+//! reused) copies both ways over non-blocking sockets and `poll`, with a
+//! 64 KiB buffer per direction held only while bytes flow, a half-close
+//! passed on as a half-close, and any error ending that connection only.
+//! Limits: at most [`MAX_CONNECTIONS`] at once (then
+//! [`hybrid::Refusal::TooMany`]), a preamble within
+//! [`crate::conn::STALL_TIMEOUT`] of connecting (else
+//! [`hybrid::Refusal::Stalled`]). Once relayed a connection is the agent's:
+//! it stays as long as both ends keep it (an exec can run for hours), and
+//! the agent applies its own rules to the session inside. It must never
+//! look inside the AGCH stream, never buffer more than one read per
+//! direction, and never let a peer of another uid through.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -23,6 +30,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use boxdesk_channel::hybrid::{self, Refusal};
 use boxdesk_channel::AGENT_PORT;
 use boxdesk_platform::SUN_PATH_MAX;
 
@@ -30,8 +38,6 @@ use crate::conn::lobby::{self, Admitted, Rules};
 use crate::conn::workers::Workers;
 use crate::conn::{Admission, MAX_CONNECTIONS};
 
-/// Longest `CONNECT <port>\n` line read.
-const PREAMBLE_MAX: usize = 64;
 /// Copy buffer per direction, while bytes flow.
 const COPY_BUF: usize = 64 * 1024;
 /// Stack of a relay thread (its buffers are on the heap).
@@ -43,22 +49,15 @@ const THREAD_STACK: usize = 512 * 1024;
 /// Most relay threads kept idle for the next connection.
 const IDLE_MAX: usize = 2;
 
-/// Sent to a client refused past [`MAX_CONNECTIONS`].
-pub const TOO_MANY: &str = "ERR too many connections\n";
-/// Sent to a client whose preamble is not in within the stall timeout.
-pub const STALLED: &str = "ERR no preamble in time\n";
-
-fn has_newline(b: &[u8]) -> bool {
-    b.contains(&b'\n')
-}
-
 const RULES: Rules = Rules {
-    complete: has_newline,
-    line_max: PREAMBLE_MAX,
-    full: TOO_MANY.as_bytes(),
-    stalled: STALLED.as_bytes(),
-    foreign: b"ERR permission denied\n",
+    complete: hybrid::request_settled,
+    line_max: hybrid::REQUEST_MAX,
+    full: hybrid::REPLY_TOO_MANY,
+    stalled: hybrid::REPLY_STALLED,
+    foreign: hybrid::REPLY_FOREIGN,
 };
+/// The host-side ports named in `OK` lines: the dynamic range, in turn.
+const HOST_PORTS: std::ops::RangeInclusive<u32> = 49152..=65535;
 
 /// The agent's listening socket as the helper reaches it: by path when the
 /// path fits in `sun_path`, else through `/proc/self/fd/<dir>/<file>`.
@@ -105,35 +104,18 @@ pub fn serve(listener: UnixListener, agent: Arc<AgentAddr>) -> io::Error {
     let admission = Admission::new("agent socket", MAX_CONNECTIONS);
     let workers = Workers::new("agent-fwd", THREAD_STACK, IDLE_MAX);
     let flood = Arc::clone(&admission);
-    let mut port: u32 = 49152;
+    let mut port: u32 = *HOST_PORTS.start();
     lobby::serve(listener, &RULES, &admission, move |a: Admitted| {
-        port = port.wrapping_add(1);
+        port = if port < *HOST_PORTS.end() {
+            port + 1
+        } else {
+            *HOST_PORTS.start()
+        };
         let (agent, host_port) = (Arc::clone(&agent), port);
         if let Err(e) = workers.run(move || handle(a, &agent, host_port)) {
             flood.flood(format_args!("cannot start a relay thread: {e}"));
         }
     })
-}
-
-/// What a preamble asked for.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Preamble {
-    /// `CONNECT <port>`.
-    Connect(u32),
-    /// Anything else, with the reason.
-    Bad(&'static str),
-}
-
-/// Parses the preamble line (without `\n`).
-pub fn parse_preamble(line: &[u8]) -> Preamble {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let Some(port) = line.strip_prefix(b"CONNECT ") else {
-        return Preamble::Bad("expected CONNECT <port>");
-    };
-    match std::str::from_utf8(port).ok().and_then(|p| p.parse().ok()) {
-        Some(port) => Preamble::Connect(port),
-        None => Preamble::Bad("bad port"),
-    }
 }
 
 fn handle(a: Admitted, agent: &AgentAddr, host_port: u32) {
@@ -142,37 +124,24 @@ fn handle(a: Admitted, agent: &AgentAddr, host_port: u32) {
         first,
         slot: _slot,
     } = a;
-    let (line, extra) = match split_preamble(&first) {
-        Ok(parts) => parts,
-        Err(why) => {
-            let _ = client.write_all(format!("ERR {why}\n").as_bytes());
-            return;
-        }
+    // The lobby hands on a settled line, or what came before the end of
+    // the stream.
+    let (port, extra) = match hybrid::scan_request_at_eof(&first) {
+        Ok(r) => (r.port, first.get(r.len..).unwrap_or_default()),
+        Err(e) => return refuse(&mut client, e.into()),
     };
-    match parse_preamble(line) {
-        Preamble::Connect(AGENT_PORT) => {}
-        Preamble::Connect(other) => {
-            let _ = client.write_all(
-                format!("ERR no listener on port {other}; the agent is on {AGENT_PORT}\n")
-                    .as_bytes(),
-            );
-            return;
-        }
-        Preamble::Bad(why) => {
-            let _ = client.write_all(format!("ERR {why}\n").as_bytes());
-            return;
-        }
+    if port != AGENT_PORT {
+        return refuse(&mut client, Refusal::NoListener(port));
     }
     let upstream = match agent.connect() {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("agent socket: cannot reach the agent: {e}");
-            let _ = client.write_all(b"ERR the agent is not reachable\n");
-            return;
+            return refuse(&mut client, Refusal::Unreachable);
         }
     };
     if client
-        .write_all(format!("OK {host_port}\n").as_bytes())
+        .write_all(hybrid::ok_reply(host_port).as_bytes())
         .is_err()
     {
         return;
@@ -180,14 +149,9 @@ fn handle(a: Admitted, agent: &AgentAddr, host_port: u32) {
     relay(client, upstream, extra.to_vec());
 }
 
-/// The preamble line (without `\n`) and the stream bytes after it, from
-/// what the lobby read: a whole line, or a refusal.
-fn split_preamble(first: &[u8]) -> Result<(&[u8], &[u8]), &'static str> {
-    match first.iter().position(|&b| b == b'\n') {
-        Some(i) => Ok((&first[..i], &first[i + 1..])),
-        None if first.len() >= PREAMBLE_MAX => Err("preamble line too long"),
-        None => Err("closed before the preamble ended"),
-    }
+/// The client's last word from us; the connection closes after it.
+fn refuse(client: &mut UnixStream, why: Refusal) {
+    let _ = client.write_all(why.reply().as_bytes());
 }
 
 /// One direction of a relay: bytes read from one side, not yet written to
@@ -347,15 +311,113 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// A front socket at `<dir>/front.sock` whose agent accepts and closes.
+    fn front_with_a_closing_agent() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let agent_path = dir.path().join("a.sock");
+        let agent_l = UnixListener::bind(&agent_path).unwrap();
+        std::thread::spawn(move || for _ in agent_l.incoming() {});
+        let front_path = dir.path().join("front.sock");
+        let front = UnixListener::bind(&front_path).unwrap();
+        let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
+        std::thread::spawn(move || serve(front, addr));
+        (dir, front_path)
+    }
+
+    /// What a client that writes `sent` and half-closes reads: up to the
+    /// end of the first line after an `OK`, else up to the end (or the
+    /// reset, when the server closed with bytes of ours unread).
+    fn answer_to(front: &Path, sent: &[u8]) -> String {
+        let mut c = UnixStream::connect(front).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let _ = c.write_all(sent);
+        let _ = c.shutdown(Shutdown::Write);
+        let mut got = Vec::new();
+        let mut b = [0u8; 256];
+        while !(got.starts_with(b"OK ") && got.contains(&b'\n')) {
+            match c.read(&mut b) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("reading the answer to {sent:?}: {e}"),
+            }
+        }
+        String::from_utf8(got).unwrap()
+    }
+
     #[test]
-    fn connect_1024_is_understood_and_other_lines_are_not() {
-        assert_eq!(parse_preamble(b"CONNECT 1024"), Preamble::Connect(1024));
-        assert_eq!(parse_preamble(b"CONNECT 52\r"), Preamble::Connect(52));
-        assert!(matches!(parse_preamble(b"CONNECT x"), Preamble::Bad(_)));
-        assert!(matches!(
-            parse_preamble(b"GET / HTTP/1.0"),
-            Preamble::Bad(_)
-        ));
+    fn every_case_of_the_hybrid_grammar_gets_the_one_answer_every_server_gives() {
+        let (_d, front) = front_with_a_closing_agent();
+        for c in hybrid::CASES {
+            let got = answer_to(&front, c.sent);
+            let port = hybrid::scan_request_at_eof(c.sent).map(|r| r.port);
+            match (c.refused, port) {
+                (Some(why), _) => assert_eq!(got, why.reply(), "{c}"),
+                (None, Ok(AGENT_PORT)) => {
+                    assert!(got.starts_with("OK ") && got.ends_with('\n'), "{c}: {got}")
+                }
+                (None, Ok(other)) => assert_eq!(got, Refusal::NoListener(other).reply(), "{c}"),
+                (None, Err(e)) => unreachable!("{c} is refused: {e}"),
+            }
+        }
+    }
+
+    /// Set by [`a_peer_of_another_uid_is_refused_before_its_line_is_read`]
+    /// for the probe it runs as uid 65534.
+    const PEER_ENV: &str = "BOXDESK_TEST_HYBRID_PEER";
+
+    /// Run by [`a_peer_of_another_uid_is_refused_before_its_line_is_read`]
+    /// as uid 65534; does nothing otherwise.
+    #[test]
+    fn foreign_peer_probe_does_nothing_unless_spawned_by_its_test() {
+        if let Some(front) = std::env::var_os(PEER_ENV) {
+            let got = answer_to(Path::new(&front), b"CONNECT 1024\n");
+            println!("ANSWER<{}>", got.escape_default());
+        }
+    }
+
+    #[test]
+    fn a_peer_of_another_uid_is_refused_before_its_line_is_read() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        if !nix::unistd::geteuid().is_root() {
+            println!("skipped: connecting as uid 65534 needs root");
+            return;
+        }
+        let (dir, front) = front_with_a_closing_agent();
+        // Let uid 65534 reach the socket: what must refuse it is the
+        // SO_PEERCRED check.
+        let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+        mode(dir.path(), 0o711).unwrap();
+        mode(&front, 0o666).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "forward::tests::foreign_peer_probe_does_nothing_unless_spawned_by_its_test",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PEER_ENV, &front)
+            .uid(65534)
+            .gid(65534)
+            .output();
+        let out = match out {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                println!("skipped: uid 65534 cannot run this test binary: {e}");
+                return;
+            }
+            out => out.unwrap(),
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let got = text
+            .split("ANSWER<")
+            .nth(1)
+            .and_then(|r| r.split('>').next())
+            .unwrap_or_else(|| panic!("the probe did not run: {text}"));
+        let foreign = String::from_utf8_lossy(hybrid::REPLY_FOREIGN);
+        assert_eq!(got, foreign.escape_default().to_string());
+        // The server serves the next peer as before.
+        assert!(answer_to(&front, b"CONNECT 1024\n").starts_with("OK "));
     }
 
     #[test]

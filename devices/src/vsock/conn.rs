@@ -15,6 +15,7 @@ use std::num::Wrapping;
 use std::os::unix::io::AsRawFd;
 use std::time::{Duration, Instant};
 
+use boxdesk_channel::hybrid::{self, Refusal};
 use mio::net::UnixStream;
 use mio::Token;
 
@@ -183,6 +184,14 @@ impl Conn {
         c
     }
 
+    /// Tells the host client of a stream it asked for, which the guest has
+    /// not accepted, why it ends (`ERR <why>\n`); nothing once established.
+    pub fn refuse(&self, why: Refusal) {
+        if self.state == State::LocalInit {
+            say(&self.stream, why.reply().as_bytes());
+        }
+    }
+
     /// A stream the guest asked for, whose host socket is connected: a
     /// RESPONSE for the guest is pending.
     pub fn guest_initiated(
@@ -330,7 +339,7 @@ impl Conn {
             Some(Op::Response) if self.state == State::LocalInit => {
                 self.state = State::Established;
                 self.expiry = None;
-                let ok = format!("OK {}\n", self.key.local_port);
+                let ok = hybrid::ok_reply(self.key.local_port);
                 self.uncounted += ok.len();
                 self.tx_buf.extend(ok.as_bytes());
                 self.flush(now)
@@ -453,6 +462,13 @@ fn write_host(stream: &UnixStream, buf: &[u8]) -> io::Result<usize> {
 fn write_host(mut stream: &UnixStream, buf: &[u8]) -> io::Result<usize> {
     use std::io::Write;
     stream.write(buf)
+}
+
+/// One non-blocking write of a host client's last line, whatever becomes of
+/// it: the socket is closed next.
+pub fn say(stream: &UnixStream, line: &[u8]) {
+    no_sigpipe(stream);
+    let _ = write_host(stream, line);
 }
 
 /// Turns SIGPIPE off for writes to this socket where the OS has no

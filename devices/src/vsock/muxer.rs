@@ -4,8 +4,17 @@
 //! * Host-initiated: a client connects to `uds_path` and writes
 //!   `CONNECT <port>\n`; the guest gets a REQUEST from an ephemeral host
 //!   port to `<port>`; on its RESPONSE the client reads `OK <hostport>\n`
-//!   and the stream begins. A guest that does not answer within
-//!   [`CONNECT_TIMEOUT`] gets RST and the client is closed.
+//!   and the stream begins. A guest that answers RST has no listener there,
+//!   one that does not answer within [`CONNECT_TIMEOUT`] gets RST: either
+//!   way the client reads `ERR <why>\n` and is closed.
+//!
+//! The preamble's grammar and rules are [`boxdesk_channel::hybrid`]'s, the
+//! same as the namespace backend's forwarder: a peer of another uid is
+//! refused before a byte of it is read, the line is read a byte at a time
+//! (the stream's bytes behind it stay in the socket) and judged at its
+//! first bad byte, so never past [`hybrid::REQUEST_MAX`], and every
+//! refusal, the cap and a line not in within [`CONNECT_TIMEOUT`] included,
+//! is one `ERR <why>\n` line before the close.
 //! * Guest-initiated: a REQUEST to host port `P` connects to
 //!   `<uds_path>_<P>`; nothing listening there → RST.
 //!
@@ -20,10 +29,12 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use boxdesk_channel::hybrid::{self, Refusal, Scan};
+use boxdesk_platform::socket::ensure_same_uid;
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 
-use super::conn::{Conn, ConnEnd, ConnKey, Readiness, CONNECT_TIMEOUT};
+use super::conn::{say, Conn, ConnEnd, ConnKey, Readiness, CONNECT_TIMEOUT};
 use super::packet::{Header, Op, HOST_CID, TYPE_STREAM};
 
 /// The poller token of the listener.
@@ -36,10 +47,10 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// RSTs waiting for an RX buffer, at most; past it they are dropped (the
 /// guest's own timeouts clean up).
 const MAX_QUEUED_RST: usize = 4 * MAX_CONNECTIONS;
-/// `CONNECT 4294967295\n` with room to spare.
-const MAX_CONNECT_LINE: usize = 32;
-/// Host-initiated streams take host ports from here up.
+/// Host-initiated streams take host ports from here up, to
+/// [`LAST_EPHEMERAL_PORT`], in turn (Firecracker's range).
 const FIRST_EPHEMERAL_PORT: u32 = 1 << 30;
+const LAST_EPHEMERAL_PORT: u32 = (1 << 31) - 1;
 
 /// A host client that has not finished its `CONNECT <port>\n` line.
 #[derive(Debug)]
@@ -77,15 +88,6 @@ pub struct Muxer {
     queued_rst: usize,
     next_token: usize,
     next_port: u32,
-}
-
-/// `CONNECT <port>` (without the `\n`) → the port.
-fn parse_connect(line: &[u8]) -> Option<u32> {
-    let digits = line.strip_prefix(b"CONNECT ")?;
-    if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 fn readiness(ev: &mio::event::Event) -> Readiness {
@@ -138,7 +140,13 @@ impl Muxer {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
+                    if let Err(e) = ensure_same_uid(&stream) {
+                        say(&stream, hybrid::REPLY_FOREIGN);
+                        tracing::warn!("vsock: refused a host client: {e}");
+                        continue;
+                    }
                     if self.slots.len() >= MAX_CONNECTIONS {
+                        say(&stream, hybrid::REPLY_TOO_MANY);
                         tracing::warn!(
                             "vsock: {MAX_CONNECTIONS} connections open; refusing a host client"
                         );
@@ -155,7 +163,7 @@ impl Muxer {
                     }
                     let pending = Pending {
                         stream,
-                        line: Vec::new(),
+                        line: Vec::with_capacity(hybrid::REQUEST_MAX),
                         deadline: now + CONNECT_TIMEOUT,
                     };
                     self.slots.insert(token, Slot::Pending(pending));
@@ -191,18 +199,26 @@ impl Muxer {
     }
 
     /// Reads the client's line a byte at a time, so that bytes it sends
-    /// after the line stay in the socket for the stream.
+    /// after the line stay in the socket for the stream, until it is
+    /// settled: a port to connect, or a refusal.
     fn read_connect_line(&mut self, token: Token, now: Instant) {
         let Some(Slot::Pending(p)) = self.slots.get_mut(&token) else {
             return;
         };
-        let port = loop {
+        let verdict = loop {
             let mut b = [0u8; 1];
             match p.stream.read(&mut b) {
-                Ok(0) => break None,
-                Ok(_) if b[0] == b'\n' => break parse_connect(&p.line),
-                Ok(_) if p.line.len() < MAX_CONNECT_LINE => p.line.push(b[0]),
-                Ok(_) => break None,
+                // Gone before a word: nobody to answer.
+                Ok(0) if p.line.is_empty() => break None,
+                Ok(0) => break Some(hybrid::scan_request_at_eof(&p.line)),
+                Ok(_) => {
+                    p.line.push(b[0]);
+                    match hybrid::scan_request(&p.line) {
+                        Scan::Partial => {}
+                        Scan::Connect(r) => break Some(Ok(r)),
+                        Scan::Refused(e) => break Some(Err(e)),
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(_) => break None,
@@ -211,9 +227,13 @@ impl Muxer {
         let Some(Slot::Pending(p)) = self.slots.remove(&token) else {
             return;
         };
-        match port {
-            Some(port) => self.host_connect(token, p.stream, port, now),
-            None => tracing::debug!("vsock: host client without a valid CONNECT line; closed"),
+        match verdict {
+            Some(Ok(r)) => self.host_connect(token, p.stream, r.port, now),
+            Some(Err(e)) => {
+                say(&p.stream, Refusal::from(e).reply().as_bytes());
+                tracing::debug!("vsock: refused a host client: {e}");
+            }
+            None => tracing::debug!("vsock: a host client left"),
         }
     }
 
@@ -223,10 +243,11 @@ impl Muxer {
                 local_port: self.next_port,
                 peer_port,
             };
-            self.next_port = self
-                .next_port
-                .checked_add(1)
-                .unwrap_or(FIRST_EPHEMERAL_PORT);
+            self.next_port = if self.next_port < LAST_EPHEMERAL_PORT {
+                self.next_port + 1
+            } else {
+                FIRST_EPHEMERAL_PORT
+            };
             if !self.conns.contains_key(&key) {
                 break key;
             }
@@ -258,6 +279,7 @@ impl Muxer {
         match op {
             Op::Rst => {
                 if let Some(conn) = self.conns.remove(&key) {
+                    conn.refuse(Refusal::NoListener(key.peer_port));
                     self.slots.remove(&conn.token);
                 }
             }
@@ -380,7 +402,9 @@ impl Muxer {
             .map(|(t, _)| *t)
             .collect();
         for t in late {
-            self.slots.remove(&t);
+            if let Some(Slot::Pending(p)) = self.slots.remove(&t) {
+                say(&p.stream, hybrid::REPLY_STALLED);
+            }
         }
         let late: Vec<ConnKey> = self
             .conns
@@ -389,6 +413,9 @@ impl Muxer {
             .map(Conn::key)
             .collect();
         for key in late {
+            if let Some(conn) = self.conns.get(&key) {
+                conn.refuse(Refusal::NoAnswer(key.peer_port));
+            }
             self.kill(key, ConnEnd::Timeout, false);
         }
     }
@@ -442,21 +469,5 @@ impl Muxer {
             }
         }
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_connect;
-
-    #[test]
-    fn only_a_well_formed_connect_line_names_a_port() {
-        assert_eq!(parse_connect(b"CONNECT 1024"), Some(1024));
-        assert_eq!(parse_connect(b"CONNECT 4294967295"), Some(u32::MAX));
-        assert_eq!(parse_connect(b"CONNECT 4294967296"), None);
-        assert_eq!(parse_connect(b"CONNECT "), None);
-        assert_eq!(parse_connect(b"CONNECT -1"), None);
-        assert_eq!(parse_connect(b"connect 1024"), None);
-        assert_eq!(parse_connect(b"CONNECT 10 24"), None);
     }
 }

@@ -8,13 +8,15 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
+use boxdesk_channel::hybrid::{self, Refusal};
+use boxdesk_channel::AGENT_PORT;
 use boxdesk_platform::SocketError;
 use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use vm_memory::{Bytes, GuestAddress};
 
 use self::driver::{GuestStream, Harness, GUEST_CID, RAW_DESC, SCRATCH, WAIT};
 use super::packet::{Header, Op, HOST_CID, SHUTDOWN_BOTH, SHUTDOWN_SEND, TYPE_STREAM};
-use super::{Vsock, VsockError, BUF_ALLOC, CONNECT_TIMEOUT};
+use super::{Vsock, VsockError, BUF_ALLOC, CONNECT_TIMEOUT, MAX_CONNECTIONS};
 use crate::virtio::{VirtioDevice, VIRTIO_F_VERSION_1};
 
 /// Reads one `\n`-terminated line, a byte at a time.
@@ -47,6 +49,23 @@ fn closes(s: &mut UnixStream) -> bool {
             Err(_) => return false,
         }
     }
+}
+
+/// What a host client reads until the end (or a reset, when the device
+/// closed with bytes of the client's unread).
+fn answer(s: &mut UnixStream) -> String {
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 256];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("reading the answer: {e}"),
+        }
+    }
+    String::from_utf8(got).unwrap()
 }
 
 /// A host client connected to guest `port` through the hybrid socket, and
@@ -500,14 +519,14 @@ fn a_connect_the_guest_never_answers_closes_the_host_socket() {
     host.write_all(b"CONNECT 1024\n").unwrap();
     let req = h.expect(Op::Request);
     let start = Instant::now();
-    assert!(closes(&mut host));
+    assert_eq!(answer(&mut host), Refusal::NoAnswer(1024).reply());
     assert!(start.elapsed() + Duration::from_millis(100) >= CONNECT_TIMEOUT);
     let rst = h.expect(Op::Rst);
     assert_eq!(rst.hdr.src_port, req.hdr.src_port);
 }
 
 #[test]
-fn a_guest_rst_to_a_connect_closes_the_host_client_without_ok() {
+fn a_guest_rst_to_a_connect_closes_the_host_client_with_err_no_listener_not_ok() {
     let mut h = Harness::new();
     let mut host = UnixStream::connect(&h.uds).unwrap();
     host.write_all(b"CONNECT 9\n").unwrap();
@@ -518,7 +537,7 @@ fn a_guest_rst_to_a_connect_closes_the_host_client_without_ok() {
     let mut all = Vec::new();
     host.set_read_timeout(Some(WAIT)).unwrap();
     host.read_to_end(&mut all).unwrap();
-    assert!(all.is_empty(), "no OK line");
+    assert_eq!(all, b"ERR no listener on port 9\n", "no OK line");
 }
 
 #[test]
@@ -529,6 +548,125 @@ fn a_bad_connect_line_closes_the_host_client() {
         host.write_all(line).unwrap();
         assert!(closes(&mut host), "{:?}", String::from_utf8_lossy(line));
     }
+}
+
+#[test]
+fn every_case_of_the_hybrid_grammar_gets_the_one_answer_every_server_gives() {
+    for c in hybrid::CASES {
+        let mut h = Harness::new();
+        let mut host = UnixStream::connect(&h.uds).unwrap();
+        host.write_all(c.sent).unwrap();
+        host.shutdown(std::net::Shutdown::Write).unwrap();
+        let port = hybrid::scan_request_at_eof(c.sent).map(|r| r.port);
+        match (c.refused, port) {
+            (Some(why), _) => {
+                assert_eq!(answer(&mut host), why.reply(), "{c}");
+                assert!(
+                    h.silent_for(Duration::from_millis(50)),
+                    "{c} reached the guest"
+                );
+            }
+            // The guest listens on the agent's port only, as in a VM.
+            (None, Ok(port)) => {
+                let req = h.expect(Op::Request);
+                assert_eq!(req.hdr.dst_port, port, "{c}");
+                let mut g = GuestStream::new(port, req.hdr.src_port, 65536);
+                if port == AGENT_PORT {
+                    h.send(&g.hdr(Op::Response, 0, 0), &[]);
+                    let ok = read_line(&mut host);
+                    assert_eq!(ok, hybrid::ok_reply(req.hdr.src_port), "{c}");
+                } else {
+                    h.send(&g.hdr(Op::Rst, 0, 0), &[]);
+                    assert_eq!(answer(&mut host), Refusal::NoListener(port).reply(), "{c}");
+                }
+            }
+            (None, Err(e)) => unreachable!("{c} is refused: {e}"),
+        }
+    }
+}
+
+/// Set by [`a_peer_of_another_uid_is_refused_before_its_line_is_read`]
+/// for the probe it runs as uid 65534.
+const PEER_ENV: &str = "BOXDESK_TEST_HYBRID_PEER";
+
+/// Run by [`a_peer_of_another_uid_is_refused_before_its_line_is_read`] as
+/// uid 65534; does nothing otherwise.
+#[test]
+fn foreign_peer_probe_does_nothing_unless_spawned_by_its_test() {
+    if let Some(path) = std::env::var_os(PEER_ENV) {
+        let mut s = UnixStream::connect(path).unwrap();
+        let _ = s.write_all(b"CONNECT 1024\n");
+        println!("ANSWER<{}>", answer(&mut s).escape_default());
+    }
+}
+
+#[test]
+fn a_peer_of_another_uid_is_refused_before_its_line_is_read() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if boxdesk_platform::euid() != 0 {
+        println!("skipped: connecting as uid 65534 needs root");
+        return;
+    }
+    let mut h = Harness::new();
+    // Let uid 65534 reach the socket: what must refuse it is the
+    // SO_PEERCRED check.
+    let mode = |p: &std::path::Path, m| std::fs::set_permissions(p, PermissionsExt::from_mode(m));
+    mode(h.uds.parent().unwrap(), 0o711).unwrap();
+    mode(&h.uds, 0o666).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "vsock::tests::foreign_peer_probe_does_nothing_unless_spawned_by_its_test",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PEER_ENV, &h.uds)
+        .uid(65534)
+        .gid(65534)
+        .output();
+    let out = match out {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            println!("skipped: uid 65534 cannot run this test binary: {e}");
+            return;
+        }
+        out => out.unwrap(),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got = text
+        .split("ANSWER<")
+        .nth(1)
+        .and_then(|r| r.split('>').next())
+        .unwrap_or_else(|| panic!("the probe did not run: {text}"));
+    let foreign = String::from_utf8_lossy(hybrid::REPLY_FOREIGN);
+    assert_eq!(got, foreign.escape_default().to_string());
+    assert!(
+        h.silent_for(Duration::from_millis(100)),
+        "the guest heard of it"
+    );
+    // The device serves the next client as before.
+    let _ = host_connect(&mut h, AGENT_PORT);
+}
+
+#[test]
+fn past_the_cap_a_client_is_told_and_one_without_a_line_is_told_it_stalled() {
+    boxdesk_platform::limits::raise_nofile().unwrap();
+    let h = Harness::new();
+    let start = Instant::now();
+    let silent: Vec<UnixStream> = (0..MAX_CONNECTIONS)
+        .map(|_| UnixStream::connect(&h.uds).unwrap())
+        .collect();
+    let mut late = UnixStream::connect(&h.uds).unwrap();
+    assert_eq!(
+        answer(&mut late),
+        String::from_utf8_lossy(hybrid::REPLY_TOO_MANY)
+    );
+    let mut first = silent.into_iter().next().unwrap();
+    assert_eq!(
+        answer(&mut first),
+        String::from_utf8_lossy(hybrid::REPLY_STALLED)
+    );
+    assert!(start.elapsed() + Duration::from_millis(100) >= CONNECT_TIMEOUT);
 }
 
 #[test]
