@@ -8,7 +8,7 @@
 # nested-KVM harness on both arches, the namespace/cowork end-to-end tests
 # again as an unprivileged user, the release configuration
 # (scripts/test-dist.sh: cargo-dist's plan and a host archive) and the fuzz
-# target's regressions.
+# targets' regressions.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -66,8 +66,12 @@ bash scripts/test-dist.sh
 
 step "fuzz regressions"
 if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/null; then
+  # Each target replays its own regressions; libFuzzer reads a corpus
+  # directory recursively, so decode also gets hybrid_connect's inputs.
   (cd fuzz && cargo +nightly fuzz build decode >/dev/null 2>&1 && \
-    cargo +nightly fuzz run decode regressions -- -runs=0 2>&1 | tail -1)
+    cargo +nightly fuzz build hybrid_connect >/dev/null 2>&1 && \
+    cargo +nightly fuzz run decode regressions -- -runs=0 2>&1 | tail -1 && \
+    cargo +nightly fuzz run hybrid_connect regressions/hybrid_connect -- -runs=0 2>&1 | tail -1)
 else
   echo "skipped: no nightly toolchain or cargo-fuzz here; the decoder's property tests ran above"
 fi

@@ -503,6 +503,33 @@ mod tests {
     }
 
     #[test]
+    fn bytes_written_behind_the_connect_line_reach_the_agent_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent_path = dir.path().join("a.sock");
+        let agent_l = UnixListener::bind(&agent_path).unwrap();
+        let front_path = dir.path().join("front.sock");
+        let front = UnixListener::bind(&front_path).unwrap();
+        let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
+        std::thread::spawn(move || serve(front, addr));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            agent_l.accept().unwrap().0.read_to_end(&mut got).unwrap();
+            tx.send(got).unwrap();
+        });
+        let mut c = UnixStream::connect(&front_path).unwrap();
+        // As the client does: its session header in the same write.
+        c.write_all(b"CONNECT 1024\nAGCH\x03\x00").unwrap();
+        let mut ok = [0u8; 9];
+        c.read_exact(&mut ok).unwrap();
+        assert!(ok.starts_with(b"OK "), "{ok:?}");
+        c.write_all(b"more").unwrap();
+        drop(c);
+        let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(got, b"AGCH\x03\x00more");
+    }
+
+    #[test]
     fn another_port_is_refused_with_an_err_line() {
         let dir = tempfile::tempdir().unwrap();
         let front_path = dir.path().join("front.sock");

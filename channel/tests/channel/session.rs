@@ -119,3 +119,64 @@ fn a_hybrid_peer_that_trickles_its_answer_is_given_up_on_at_one_deadline() {
     assert!(took < Duration::from_millis(900), "{took:?}");
     server.join().unwrap();
 }
+
+#[test]
+fn a_hybrid_client_sends_its_header_behind_the_line_and_keeps_what_follows_the_ok() {
+    let path = temp_sock("pipelined");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        // The client's line and header arrive before we say anything.
+        let mut hello = [0u8; 19];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello, b"CONNECT 1024\nAGCH\x03\x00");
+        // The OK line, our header and a first frame in one write: the
+        // client reads them together and must lose none of the frame.
+        let mut all = b"OK 49153\nAGCH\x03\x00".to_vec();
+        Frame::Exit(7).encode(&mut all).unwrap();
+        s.write_all(&all).unwrap();
+    });
+    let mut s = Session::connect_hybrid(&path, 1024).unwrap();
+    assert_eq!(s.recv().unwrap(), Some(Frame::Exit(7)));
+    assert_eq!(s.recv().unwrap(), None);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_hybrid_server_that_refuses_and_closes_at_once_is_read_not_a_broken_pipe() {
+    let path = temp_sock("refused-at-once");
+    let l = UnixListener::bind(&path).unwrap();
+    // Refuses before reading a byte, as a server does a peer of another uid.
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(b"ERR permission denied\n").unwrap();
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+    });
+    let stream = UnixStream::connect(&path).unwrap();
+    server.join().unwrap();
+    let err = Session::hybrid_over(stream, 1024, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ChannelError::HybridRefused(m) if m == "permission denied"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_malformed_hybrid_answer_is_refused_naming_it() {
+    let path = temp_sock("malformed");
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut hello = [0u8; 19];
+        s.read_exact(&mut hello).unwrap();
+        s.write_all(b"OK +1\nAGCH\x03\x00").unwrap();
+    });
+    let err = Session::connect_hybrid(&path, 1024).err().unwrap();
+    assert!(
+        matches!(&err, ChannelError::HybridRefused(m) if m.contains("bad port") && m.contains("OK +1")),
+        "{err:?}"
+    );
+    server.join().unwrap();
+}

@@ -551,6 +551,26 @@ fn a_bad_connect_line_closes_the_host_client() {
 }
 
 #[test]
+fn bytes_written_behind_the_connect_line_reach_the_guest_first_once_it_answers() {
+    let mut h = Harness::new();
+    let mut host = UnixStream::connect(&h.uds).unwrap();
+    host.set_read_timeout(Some(WAIT)).unwrap();
+    // As the client does: its session header in the same write as the line.
+    host.write_all(b"CONNECT 1024\nAGCH\x03\x00").unwrap();
+    let req = h.expect(Op::Request);
+    assert!(
+        h.silent_for(Duration::from_millis(50)),
+        "no stream bytes before the guest answers"
+    );
+    let mut g = GuestStream::new(1024, req.hdr.src_port, 256 * 1024);
+    g.absorb(&req);
+    h.send(&g.hdr(Op::Response, 0, 0), &[]);
+    assert_eq!(read_line(&mut host), hybrid::ok_reply(req.hdr.src_port));
+    host.write_all(b"more").unwrap();
+    assert_eq!(recv_bytes(&mut h, &mut g, 10), b"AGCH\x03\x00more");
+}
+
+#[test]
 fn every_case_of_the_hybrid_grammar_gets_the_one_answer_every_server_gives() {
     for c in hybrid::CASES {
         let mut h = Harness::new();
