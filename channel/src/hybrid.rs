@@ -23,6 +23,8 @@
 //! Firecracker and vhost-device-vsock are laxer (any case, any whitespace,
 //! Rust's `u32` parse, which takes `+1024`); a strict grammar leaves a
 //! server nothing to guess, and our only client writes the strict form.
+//! Like them, a server reads no further than the `\n`, so a client may
+//! write its first stream bytes in the same send as its line.
 //!
 //! # Rules every server follows
 //!
