@@ -4,9 +4,13 @@
 //!
 //! Ids are the client's. An entry carries a generation, so the exit of an
 //! old process can never touch the entry of a newer one with the same id.
-//! A process that fails to start gets an `error` event and an `exit` event
-//! (126 for permission errors, 127 otherwise; 127 too for a spawn refused
-//! before it started, e.g. for its allowlist); one whose sandbox vanished
+//! The agent protocol is `boxdesk_sandbox::client`'s (one exec per process,
+//! through its tokio flavour); an exit's code is the client's one mapping
+//! ([`client::status`]): a process that fails to start gets an `error`
+//! event and an `exit` event (127 for a missing program, 126 for one that
+//! cannot run, 125 when the agent failed otherwise; 127 too for a spawn
+//! refused before it started, e.g. for its allowlist); one killed by a
+//! signal or its timeout gets the signal's name; one whose sandbox vanished
 //! gets `error` and `exit` with `signal: "SIGKILL"` — never an id stuck
 //! "running". Output events wait for room in the profile's queue, which is
 //! what back-pressures the process.
@@ -18,13 +22,11 @@ use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use boxdesk_channel::{AgchCodec, Exec, Frame, SecretBytes};
+use boxdesk_channel::{Exec, SecretBytes};
+use boxdesk_sandbox::client::{self, AsyncInput, AsyncOutput, Control, Event, Outcome};
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::events::Events;
 use super::sandbox::Sandbox;
@@ -62,6 +64,18 @@ pub enum Ended {
     Code(i32),
     /// Killed by this signal.
     Signal(i32),
+}
+
+impl From<Outcome> for Ended {
+    /// A cowork client sees a signal by its name, a timeout as the SIGKILL
+    /// that ended it, and every number as the one mapping gives it.
+    fn from(outcome: Outcome) -> Ended {
+        match outcome {
+            Outcome::Signaled(n) => Ended::Signal(n),
+            Outcome::TimedOut => Ended::Signal(libc::SIGKILL),
+            other => Ended::Code(other.exit_code()),
+        }
+    }
 }
 
 impl Ended {
@@ -438,46 +452,24 @@ pub struct Run {
     pub exec: Exec,
 }
 
-enum Outcome {
-    Ended(Ended),
-    Failed(String),
-    Lost(String),
-}
-
 /// Runs one process to its end, emitting its events.
 pub async fn run(r: Run, inbox: Inbox) {
     let oom_before = r.sandbox.oom_kills();
     let outcome = match r.sandbox.session().await {
-        Ok(stream) => {
-            let (rd, wr) = stream.into_split();
-            let mut sink = FramedWrite::new(wr, AgchCodec);
-            let mut frames = FramedRead::new(rd, AgchCodec);
-            match sink.send(Frame::Exec(r.exec)).await {
-                Err(e) => Outcome::Lost(e.to_string()),
-                Ok(()) => {
-                    let writer = tokio::spawn(write_commands(sink, inbox, r.key.clone()));
-                    let outcome = pump(&r.events, &r.id, &mut frames).await;
-                    writer.abort();
-                    outcome
-                }
+        Ok(stream) => match client::exec_async(stream, r.exec, None).await {
+            Ok((output, input)) => {
+                let writer = tokio::spawn(write_commands(input, inbox, r.key.clone()));
+                let outcome = pump(&r.events, &r.id, output).await;
+                writer.abort();
+                outcome
             }
-        }
-        Err(e) => Outcome::Lost(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
     };
-    let ended = match &outcome {
-        Outcome::Ended(e) => *e,
-        Outcome::Failed(msg) => {
-            let code = if ["EACCES", "ENOEXEC", "EPERM", "EISDIR"]
-                .iter()
-                .any(|p| msg.starts_with(p))
-            {
-                126
-            } else {
-                127
-            };
-            Ended::Code(code)
-        }
-        Outcome::Lost(msg) => {
+    let ended = match outcome {
+        Ok(outcome) => Ended::from(outcome),
+        Err(msg) => {
             r.events.push(wire::frame_json(&json!({
                 "type": "error", "id": r.id, "message": format!("lost the process: {msg}"),
             })));
@@ -506,7 +498,15 @@ pub fn refuse(
     events.push(wire::frame_json(
         &json!({"type": "error", "id": id, "message": message}),
     ));
-    end(events, procs, key, id, generation, Ended::Code(127), None);
+    end(
+        events,
+        procs,
+        key,
+        id,
+        generation,
+        Ended::Code(client::EXIT_NOT_FOUND),
+        None,
+    );
 }
 
 /// Records the end in the table, then emits the `exit` event, with
@@ -535,21 +535,17 @@ fn end(
 /// queued stdin; one stuck behind stdin the process does not read waits
 /// [`KILL_GRACE`], then the channel is closed, which makes the agent kill
 /// the whole process group (the exit then says SIGKILL).
-async fn write_commands(
-    mut sink: FramedWrite<OwnedWriteHalf, AgchCodec>,
-    mut inbox: Inbox,
-    key: String,
-) {
+async fn write_commands(mut input: AsyncInput, mut inbox: Inbox, key: String) {
     loop {
-        let frame = tokio::select! {
+        let control = tokio::select! {
             biased;
-            Some(sig) = inbox.signals.recv() => Frame::Signal(sig),
-            Some(data) = inbox.stdin.recv() => Frame::Stdin(data),
+            Some(sig) = inbox.signals.recv() => Control::Signal(sig),
+            Some(data) = inbox.stdin.recv() => Control::Stdin(data),
             else => return,
         };
-        let is_stdin = matches!(frame, Frame::Stdin(_));
+        let is_stdin = matches!(control, Control::Stdin(_));
         let overtaking = {
-            let send = sink.send(frame);
+            let send = input.send(control);
             tokio::pin!(send);
             if !is_stdin {
                 if send.await.is_err() {
@@ -574,45 +570,31 @@ async fn write_commands(
             }
         };
         if let Some(sig) = overtaking {
-            if sink.send(Frame::Signal(sig)).await.is_err() {
+            if input.send(Control::Signal(sig)).await.is_err() {
                 return;
             }
         }
     }
 }
 
-async fn pump<S>(events: &Events, id: &Value, stream: &mut S) -> Outcome
-where
-    S: futures_util::Stream<Item = Result<Frame, boxdesk_channel::ChannelError>> + Unpin,
-{
+/// Turns the exec's output into events until it ends: its outcome, or why
+/// the process was lost.
+async fn pump(events: &Events, id: &Value, mut output: AsyncOutput) -> Result<Outcome, String> {
     let mut out = Utf8Stream::default();
     let mut err = Utf8Stream::default();
     let mut text = String::new();
-    let mut failure: Option<String> = None;
     let outcome = loop {
-        let (kind, dec, data) = match stream.next().await {
-            Some(Ok(Frame::Stdout(d))) => ("stdout", &mut out, d),
-            Some(Ok(Frame::Stderr(d))) => ("stderr", &mut err, d),
-            Some(Ok(Frame::Exit(c))) if c < 0 => {
-                break Outcome::Ended(Ended::Signal(c.checked_neg().unwrap_or(i32::MAX)))
-            }
-            Some(Ok(Frame::Exit(c))) => break Outcome::Ended(Ended::Code(c)),
-            Some(Ok(Frame::TimedOut)) => break Outcome::Ended(Ended::Signal(libc::SIGKILL)),
-            Some(Ok(Frame::Error(msg))) => {
+        let (kind, dec, data) = match output.next_event().await {
+            Ok(Event::Stdout(d)) => ("stdout", &mut out, d),
+            Ok(Event::Stderr(d)) => ("stderr", &mut err, d),
+            Ok(Event::Error(msg)) => {
                 events.push(wire::frame_json(
                     &json!({"type": "error", "id": id, "message": msg}),
                 ));
-                failure.get_or_insert(msg);
                 continue;
             }
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => break Outcome::Lost(e.to_string()),
-            None => {
-                break match failure.take() {
-                    Some(m) => Outcome::Failed(m),
-                    None => Outcome::Lost("the sandbox closed the channel".into()),
-                }
-            }
+            Ok(Event::Ended(outcome)) => break Ok(outcome),
+            Err(e) => break Err(e.to_string()),
         };
         text.clear();
         dec.push(&data, &mut text);

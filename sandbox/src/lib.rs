@@ -6,6 +6,9 @@
 //!   log opener: 0600, no symlink, ours; capped and rotated; its tail).
 //! * [`control`] — the control socket `<name>.sock`: the protocol, the
 //!   helper's server and the client the CLI (and later cowork) uses.
+//! * [`client`] — the host side of the agent protocol, blocking and tokio:
+//!   connect, exec, PutFile/GetFile, and the one mapping from an exec's end
+//!   to an exit status ([`client::status`]); the CLI and cowork both use it.
 //! * [`forward`] — the hybrid `<name>.agent` socket in front of a namespace
 //!   sandbox's agent.
 //! * [`conn`] — what every host server shares about connections: the cap,
@@ -23,6 +26,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod cgroup;
+pub mod client;
 pub mod conn;
 pub mod control;
 pub mod forward;

@@ -1,7 +1,10 @@
 //! `boxdesk cp [-r] SRC NAME:PATH` and `boxdesk cp [-r] NAME:PATH DST`.
 //!
-//! Host → sandbox: PutFile frames of at most [`CHUNK`] bytes with
-//! contiguous offsets and the source's mode; whether the target is an
+//! The protocol is `boxdesk_sandbox::client`'s (PutFile series, GetFile
+//! reassembly, captured execs); this module is the host's file-system side.
+//!
+//! Host → sandbox: PutFile series (`client::Upload`) with the source's
+//! mode; whether the target is an
 //! existing directory (then the file keeps its name) is asked with an exec
 //! of `test -d`. `-r` walks the host tree (symlinks and special files are
 //! skipped with a warning; empty directories are made with an exec of
@@ -25,20 +28,16 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context as _};
-use boxdesk_channel::{ChannelError, Frame, FrameReader, SecretBytes, Stream};
 use boxdesk_platform::beneath::{Beneath, PathError};
 use boxdesk_platform::{names, SandboxPaths};
+use boxdesk_sandbox::client::{AgentError, Connection, Fetched, Outcome};
 
 use super::exec;
-
-/// Bytes per PutFile frame.
-pub const CHUNK: usize = 512 * 1024;
 
 /// One side of a copy.
 #[derive(Debug, PartialEq, Eq)]
@@ -108,7 +107,7 @@ pub fn cp(src: &OsStr, dst: &OsStr, recursive: bool) -> anyhow::Result<i32> {
 }
 
 fn guest_is_dir(paths: &SandboxPaths, name: &str, path: &[u8]) -> anyhow::Result<bool> {
-    Ok(exec::capture(paths, name, &[b"test", b"-d", path])?.code == 0)
+    Ok(exec::capture(paths, name, &[b"test", b"-d", path])?.outcome == Outcome::Exited(0))
 }
 
 fn put(
@@ -142,25 +141,29 @@ fn put(
         files.push((from.to_owned(), target));
     }
 
-    let session = exec::connect(paths, name)?;
-    let (reader, mut writer) = session.into_split();
-    // Errors come back while we are still sending; read them concurrently
-    // so neither side can stall the other.
-    let errors = std::thread::spawn(move || collect_errors(reader));
+    // Errors come back while we are still sending: the upload reads them
+    // on a thread of its own, so neither side can stall the other.
+    let mut upload = exec::connect(paths, name)?.upload()?;
     let mut failed = 0;
     for (host, guest) in &files {
-        if let Err(e) = send_file(&mut writer, host, guest) {
-            eprintln!("boxdesk: cp: {}: {e:#}", host.display());
+        let sent = File::open(host)
+            .and_then(|f| Ok((f.metadata()?.permissions().mode() & 0o7777, f)))
+            .map_err(AgentError::Source)
+            .and_then(|(mode, mut f)| upload.file(guest, mode, &mut f));
+        if let Err(e) = sent {
+            let session_lost = !matches!(e, AgentError::Source(_));
+            eprintln!(
+                "boxdesk: cp: {}: {:#}",
+                host.display(),
+                anyhow::Error::from(e)
+            );
             failed += 1;
-            if e.downcast_ref::<boxdesk_channel::ChannelError>().is_some() {
+            if session_lost {
                 break;
             }
         }
     }
-    let _ = writer.get_ref().shutdown(std::net::Shutdown::Write);
-    let errs = errors
-        .join()
-        .unwrap_or_else(|_| vec!["reader thread failed".into()]);
+    let errs = upload.finish();
     for e in &errs {
         eprintln!("boxdesk: cp: {e}");
     }
@@ -168,7 +171,7 @@ fn put(
         let mut argv: Vec<&[u8]> = vec![b"mkdir", b"-p", b"--"];
         argv.extend(empty_dirs.iter().map(Vec::as_slice));
         let made = exec::capture(paths, name, &argv)?;
-        if made.code != 0 {
+        if made.outcome != Outcome::Exited(0) {
             eprintln!(
                 "boxdesk: cp: mkdir: {}",
                 String::from_utf8_lossy(&made.stderr).trim()
@@ -211,61 +214,6 @@ fn walk(
     Ok(())
 }
 
-fn send_file(
-    writer: &mut boxdesk_channel::FrameWriter<Stream>,
-    host: &Path,
-    guest: &[u8],
-) -> anyhow::Result<()> {
-    let mut f = File::open(host)?;
-    let mode = f.metadata()?.permissions().mode() & 0o7777;
-    let mut buf = SecretBytes::new(vec![0u8; CHUNK]);
-    let mut offset = 0u64;
-    loop {
-        let n = read_full(&mut f, &mut buf)?;
-        if n == 0 && offset > 0 {
-            return Ok(());
-        }
-        writer.write_frame(&Frame::PutFile {
-            path: guest.to_vec(),
-            mode,
-            offset,
-            data: SecretBytes::copy_from(&buf[..n]),
-        })?;
-        offset += n as u64;
-        if n < CHUNK {
-            return Ok(());
-        }
-    }
-}
-
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut have = 0;
-    while have < buf.len() {
-        match f.read(&mut buf[have..]) {
-            Ok(0) => break,
-            Ok(n) => have += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(have)
-}
-
-fn collect_errors(mut reader: FrameReader<Stream>) -> Vec<String> {
-    let mut errs = Vec::new();
-    loop {
-        match reader.read_frame() {
-            Ok(Some(Frame::Error(m))) => errs.push(m),
-            Ok(Some(_)) => {}
-            Ok(None) => return errs,
-            Err(e) => {
-                errs.push(format!("session: {e}"));
-                return errs;
-            }
-        }
-    }
-}
-
 fn get(
     paths: &SandboxPaths,
     name: &str,
@@ -287,10 +235,8 @@ fn get(
             },
             None => Dst::Named(to.to_owned()),
         };
-        let mut session = exec::connect(paths, name)?;
-        session.send(&Frame::GetFile(from.to_vec()))?;
-        session.close_write()?;
-        return match receive(&mut || session.recv(), from, &dst)? {
+        let mut conn = exec::connect(paths, name)?;
+        return match receive(&mut conn, from, &dst)? {
             Ok(()) => Ok(0),
             Err(msg) => {
                 eprintln!("boxdesk: cp: {msg}");
@@ -325,7 +271,7 @@ fn get(
     }
     // One session, one file at a time: the agent answers each GetFile in
     // full before it reads the next frame.
-    let mut session = exec::connect(paths, name)?;
+    let mut conn = exec::connect(paths, name)?;
     for f in &files {
         let Some(rel) = relative(from, f) else {
             eprintln!(
@@ -340,8 +286,7 @@ fn get(
             comps: tree.comps(&rel),
             shown: tree.base.join(&rel),
         };
-        session.send(&Frame::GetFile(f.clone()))?;
-        if let Err(msg) = receive(&mut || session.recv(), f, &dst)? {
+        if let Err(msg) = receive(&mut conn, f, &dst)? {
             eprintln!("boxdesk: cp: {msg}");
             failed += 1;
         }
@@ -431,7 +376,7 @@ fn list(
     kind: &[u8],
 ) -> anyhow::Result<Vec<Vec<u8>>> {
     let out = exec::capture(paths, name, &[b"find", from, b"-type", kind, b"-print0"])?;
-    if out.code != 0 && out.stdout.is_empty() {
+    if out.outcome != Outcome::Exited(0) && out.stdout.is_empty() {
         bail!(
             "{}: {}",
             String::from_utf8_lossy(from),
@@ -502,55 +447,19 @@ impl Dst<'_> {
     }
 }
 
-/// Receives the File frames answering one GetFile into `dst`. The outer
-/// error is the session failing; the inner one a refused file (whose
-/// frames are still read to its end, so the session stays in step).
+/// Fetches `requested` into `dst`. The outer error is the session
+/// failing; the inner one a file not copied (the session stays in step).
 fn receive(
-    next: &mut dyn FnMut() -> Result<Option<Frame>, ChannelError>,
+    conn: &mut Connection,
     requested: &[u8],
     dst: &Dst<'_>,
-) -> anyhow::Result<Result<(), String>> {
-    let mut out: Option<Result<File, String>> = None;
-    let mut written = 0u64;
-    loop {
-        match next()? {
-            Some(Frame::File {
-                path,
-                mode,
-                offset,
-                total_size,
-                data,
-            }) => {
-                if path != requested || offset != written {
-                    bail!("the agent sent a file frame out of order");
-                }
-                let f = out.get_or_insert_with(|| dst.create(mode & 0o777));
-                if let Ok(f) = f {
-                    f.write_all(&data)
-                        .with_context(|| format!("writing {}", dst.shown().display()))?;
-                }
-                written += data.len() as u64;
-                if written >= total_size {
-                    return Ok(match out {
-                        Some(Ok(f)) => {
-                            f.set_permissions(fs::Permissions::from_mode(mode & 0o777))?;
-                            Ok(())
-                        }
-                        Some(Err(msg)) => Err(msg),
-                        None => Ok(()),
-                    });
-                }
-            }
-            Some(Frame::Error(msg)) => {
-                return Ok(Err(format!(
-                    "{}: {msg}",
-                    String::from_utf8_lossy(requested)
-                )))
-            }
-            Some(_) => {}
-            None => bail!("the sandbox closed the session in the middle of a file"),
-        }
-    }
+) -> Result<Result<(), String>, AgentError> {
+    Ok(match conn.get_file(requested, |mode| dst.create(mode))? {
+        Fetched::Copied => Ok(()),
+        Fetched::Refused(msg) => Err(format!("{}: {msg}", String::from_utf8_lossy(requested))),
+        Fetched::NotCreated(msg) => Err(msg),
+        Fetched::WriteFailed(e) => Err(format!("writing {}: {e}", dst.shown().display())),
+    })
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! `boxdesk exec` and `boxdesk shell`, and the exec session every command
-//! that runs something shares: connect through `<name>.agent`, send one
-//! Exec or ExecPty, forward stdin (its own thread; an empty Stdin frame at
-//! EOF), signals and window sizes (a descriptor the main thread polls
-//! beside the socket, [`super::signals`]), and stream the output as it
-//! comes until Exit, TimedOut or Error.
+//! that runs something shares: connect through `<name>.agent`, start one
+//! exec, forward stdin (its own thread; its end at EOF), signals and window
+//! sizes (a descriptor the main thread polls beside the socket,
+//! [`super::signals`]), and stream the output as it comes until the exec
+//! ends. The protocol is `boxdesk_sandbox::client`'s; the exit code is its
+//! one mapping ([`Outcome::exit_code`]); this module is the terminal side.
 //!
-//! File frames that follow Exit (the sandbox's `/results`) are not waited
-//! for: exec returns at Exit; `boxdesk cp NAME:/results/… DST` fetches them.
+//! File frames that follow the end (the sandbox's `/results`) are not
+//! waited for: `boxdesk cp NAME:/results/… DST` fetches them.
 //!
 //! A peer that stalls never holds a client: getting through (the connect,
 //! the hybrid preamble, the handshake) takes at most [`CONNECT_TIMEOUT`],
@@ -22,29 +23,26 @@
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use boxdesk_channel::{
-    ChannelError, Exec, Frame, FrameWriter, SecretBytes, Session, Stream, AGENT_PORT,
-};
+use boxdesk_channel::{Exec, SecretBytes, Stream, AGENT_PORT};
 use boxdesk_platform::SandboxPaths;
-use boxdesk_sandbox::control::client::{self, CONNECT_TIMEOUT};
-use boxdesk_sandbox::control::ClientError;
+use boxdesk_sandbox::client::{
+    self, Captured, Connection, Control, Endpoint, Event, Input, Outcome, Output,
+};
 use nix::sys::signal::Signal;
-use std::os::fd::AsFd;
 
 use super::signals::Signals;
-use super::{tty, ExecOpts, EXIT_BOXDESK, EXIT_TIMEOUT};
+use super::{tty, ExecOpts, EXIT_BOXDESK};
 
 /// The default working directory of an exec.
 pub const DEFAULT_CWD: &str = "/work";
 /// Stdin bytes per frame.
 const STDIN_CHUNK: usize = 64 * 1024;
-/// Most stdout [`capture`] keeps.
-const CAPTURE_MAX: usize = 64 << 20;
 /// After a forwarded SIGINT, SIGTERM, SIGHUP or SIGQUIT, how long the
 /// client waits for any word from the agent (output, Exit, anything)
 /// before it takes the sandbox as stalled and ends (exit 125). A command
@@ -78,21 +76,13 @@ pub fn shell(name: &str) -> anyhow::Result<i32> {
 
 /// Opens an AGCH session with sandbox `name` through its hybrid socket:
 /// the connect, the preamble and the handshake together within
-/// [`CONNECT_TIMEOUT`], or a clear error naming the sandbox.
-pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Session> {
-    let started = Instant::now();
-    let stream = client::connect_socket(&paths.agent, name, "agent socket")?;
-    let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
-    match Session::hybrid_over(stream, AGENT_PORT, left) {
-        Ok(s) => Ok(s),
-        Err(ChannelError::Io(e)) if client::is_timeout(&e) => Err(ClientError::Stalled {
-            name: name.to_owned(),
-            socket: "agent socket",
-            after: CONNECT_TIMEOUT,
-        }
-        .into()),
-        Err(e) => Err(e).with_context(|| format!("cannot reach the agent of sandbox {name}")),
-    }
+/// [`client::CONNECT_TIMEOUT`], or a clear error naming the sandbox.
+pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Connection> {
+    let endpoint = Endpoint::Hybrid {
+        path: paths.agent.clone(),
+        port: AGENT_PORT,
+    };
+    Ok(client::connect(&endpoint, name)?)
 }
 
 /// The Exec frame for `command` with `opts`.
@@ -142,64 +132,35 @@ pub fn timeout_ms(secs: f64) -> anyhow::Result<u32> {
     Ok(ms as u32)
 }
 
-/// Maps an Exit frame's status to a shell exit code: 0–255 as is, −N
-/// (killed by signal N) as 128+N.
-pub fn exit_code(status: i32) -> i32 {
-    match status {
-        0..=255 => status,
-        s if s < 0 && s > -128 => 128 - s,
-        _ => EXIT_BOXDESK,
-    }
+type Writer = Arc<Mutex<Input>>;
+
+fn send(w: &Writer, control: Control) -> Result<(), client::AgentError> {
+    boxdesk_platform::sync::lock(w).send(control)
 }
 
-/// The exit code for an exec the agent could not start: 127 for a
-/// missing program, 126 when it may not run, 125 otherwise.
-pub fn error_code(msg: &str) -> i32 {
-    if msg.starts_with("ENOENT:") {
-        127
-    } else if msg.starts_with("EACCES:") || msg.starts_with("EPERM:") || msg.starts_with("ENOEXEC:")
-    {
-        126
-    } else {
-        EXIT_BOXDESK
-    }
-}
-
-type Writer = Arc<Mutex<FrameWriter<Stream>>>;
-
-fn send(w: &Writer, frame: &Frame) -> Result<(), ChannelError> {
-    boxdesk_platform::sync::lock(w).write_frame(frame)
-}
-
-/// Runs one exec on `session` with sandbox `name`, streaming it to this
+/// Runs one exec on `conn` with sandbox `name`, streaming it to this
 /// process's stdio, and returns the exit code. The main thread waits on the
 /// socket and the forwarded signals together; stdin is read by its own
 /// thread (none when stdin is `/dev/null`: its EOF is sent at once). A
 /// terminating signal the agent does not answer within [`SIGNAL_GRACE`]
 /// ends the client, and so does a frame left half-sent for 10 s: the main
 /// thread never blocks on the agent without a limit.
-pub fn run_session(mut session: Session, exec: Exec, pty: bool, name: &str) -> anyhow::Result<i32> {
+pub fn run_session(conn: Connection, exec: Exec, pty: bool, name: &str) -> anyhow::Result<i32> {
     let signals = tty::forwarded_signals();
     tty::block(&signals).context("blocking signals")?;
     let mut signals = Signals::new(&signals).context("watching signals")?;
-    let frame = if pty {
-        Frame::ExecPty(exec, tty::window_size())
-    } else {
-        Frame::Exec(exec)
-    };
-    session.send(&frame).context("sending the command")?;
+    let size = pty.then(tty::window_size);
+    let (mut output, input) = conn.exec(exec, size).context("sending the command")?;
     let raw = if pty { tty::RawMode::enter() } else { None };
-    let (mut reader, writer) = session.into_split();
     // Only reads of a frame already begun can wait (poll says when one
     // starts): the agent writes frames whole.
-    reader
-        .get_ref()
-        .set_read_timeout(Some(FRAME_STALL))
+    output
+        .stall_after(FRAME_STALL)
         .context("setting the read timeout")?;
-    let writer: Writer = Arc::new(Mutex::new(writer));
+    let writer: Writer = Arc::new(Mutex::new(input));
 
     if tty::stdin_is_dev_null() {
-        send(&writer, &Frame::Stdin(SecretBytes::default())).context("closing stdin")?;
+        send(&writer, Control::EndOfStdin).context("closing stdin")?;
     } else {
         let w = Arc::clone(&writer);
         std::thread::Builder::new()
@@ -211,25 +172,25 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool, name: &str) -> a
     let mut interrupts = 0;
     // Set by a forwarded terminating signal; cleared by any frame.
     let mut answer_by: Option<(Instant, Signal)> = None;
-    // Signal and Resize frames not written yet (the writer was busy).
-    let mut unsent: VecDeque<Frame> = VecDeque::new();
+    // Signals and window sizes not written yet (the writer was busy).
+    let mut unsent: VecDeque<Control> = VecDeque::new();
     let outcome = loop {
-        if reader.buffered() == 0 {
+        if output.buffered() == 0 {
             send_pending(&writer, &mut unsent);
             let mut wait = answer_by.map(|(at, _)| at.saturating_duration_since(Instant::now()));
             if !unsent.is_empty() {
                 wait = Some(wait.map_or(RETRY_SEND, |w| w.min(RETRY_SEND)));
             }
-            let (sock_ready, sig_ready) = wait_readable(reader.get_ref(), &signals, wait)?;
+            let (sock_ready, sig_ready) = wait_readable(output.stream(), &signals, wait)?;
             if sig_ready {
                 while let Some(sig) = signals.next() {
-                    let Some(frame) = signal_frame(sig, pty, &mut interrupts) else {
+                    let Some(control) = signal_control(sig, pty, &mut interrupts) else {
                         continue;
                     };
-                    if matches!(frame, Frame::Signal(_)) && answer_by.is_none() {
+                    if matches!(control, Control::Signal(_)) && answer_by.is_none() {
                         answer_by = Some((Instant::now() + SIGNAL_GRACE, sig));
                     }
-                    unsent.push_back(frame);
+                    unsent.push_back(control);
                 }
                 send_pending(&writer, &mut unsent);
             }
@@ -248,23 +209,11 @@ pub fn run_session(mut session: Session, exec: Exec, pty: bool, name: &str) -> a
             }
         }
         answer_by = None;
-        match next_output(&mut reader) {
+        match next_output(&mut output) {
             Ok(Some(code)) => break code,
             Ok(None) => {}
             Err(e) => {
                 tty::restore();
-                let stalled = matches!(
-                    e.downcast_ref::<ChannelError>(),
-                    Some(ChannelError::Io(io)) if client::is_timeout(io)
-                );
-                if stalled {
-                    return Err(ClientError::Stalled {
-                        name: name.to_owned(),
-                        socket: "agent socket",
-                        after: FRAME_STALL,
-                    }
-                    .into());
-                }
                 return Err(e);
             }
         }
@@ -310,7 +259,7 @@ fn forward_stdin(w: &Writer) {
         match stdin.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                if send(w, &Frame::Stdin(SecretBytes::copy_from(&buf[..n]))).is_err() {
+                if send(w, Control::Stdin(SecretBytes::copy_from(&buf[..n]))).is_err() {
                     return;
                 }
             }
@@ -319,15 +268,15 @@ fn forward_stdin(w: &Writer) {
         }
     }
     buf.iter_mut().for_each(|b| *b = 0);
-    let _ = send(w, &Frame::Stdin(SecretBytes::default()));
+    let _ = send(w, Control::EndOfStdin);
 }
 
-/// SIGWINCH becomes Resize (PTY only; `None` otherwise); SIGINT/TERM/HUP/
-/// QUIT become Signal frames for the command's process group. A third
+/// SIGWINCH becomes a Resize (PTY only; `None` otherwise); SIGINT/TERM/
+/// HUP/QUIT become signals for the command's process group. A third
 /// interrupt gives up on the agent and exits at once.
-fn signal_frame(sig: Signal, pty: bool, interrupts: &mut u32) -> Option<Frame> {
+fn signal_control(sig: Signal, pty: bool, interrupts: &mut u32) -> Option<Control> {
     match sig {
-        Signal::SIGWINCH if pty => Some(Frame::Resize(tty::window_size())),
+        Signal::SIGWINCH if pty => Some(Control::Resize(tty::window_size())),
         Signal::SIGWINCH => None,
         other => {
             *interrupts += 1;
@@ -335,29 +284,30 @@ fn signal_frame(sig: Signal, pty: bool, interrupts: &mut u32) -> Option<Frame> {
                 tty::restore();
                 std::process::exit(128 + other as i32);
             }
-            Some(Frame::Signal(other as i32))
+            Some(Control::Signal(other as i32))
         }
     }
 }
 
-/// Writes the frames in `unsent`, in order, as far as that is possible
+/// Writes what `unsent` holds, in order, as far as that is possible
 /// without waiting: never while the stdin thread holds the writer (it may
 /// be blocked on a peer that does not read), never into a full socket.
-fn send_pending(w: &Writer, unsent: &mut VecDeque<Frame>) {
+fn send_pending(w: &Writer, unsent: &mut VecDeque<Control>) {
     if unsent.is_empty() {
         return;
     }
     let Ok(mut w) = w.try_lock() else {
         return;
     };
-    while let Some(frame) = unsent.front() {
-        if !writable_now(w.get_ref()) {
+    while !unsent.is_empty() {
+        if !writable_now(w.stream()) {
             return;
         }
-        // A failed write will not succeed later: the frame is dropped, and
-        // the session's end shows on the read side.
-        let _ = w.write_frame(frame);
-        unsent.pop_front();
+        // A failed write will not succeed later: it is dropped, and the
+        // session's end shows on the read side.
+        if let Some(control) = unsent.pop_front() {
+            let _ = w.send(control);
+        }
     }
 }
 
@@ -372,108 +322,52 @@ fn writable_now(sock: &Stream) -> bool {
             .is_some_and(|r| r.contains(PollFlags::POLLOUT))
 }
 
-/// Handles one frame of output; `Some(code)` once the exec is over.
-fn next_output(reader: &mut boxdesk_channel::FrameReader<Stream>) -> anyhow::Result<Option<i32>> {
-    let frame = reader.read_frame().context("reading from the agent")?;
-    Ok(match frame {
-        Some(Frame::Stdout(data)) => {
+/// Handles one event of output; `Some(code)` once the exec is over.
+fn next_output(output: &mut Output) -> anyhow::Result<Option<i32>> {
+    Ok(match output.next_event()? {
+        Event::Stdout(data) => {
             let mut out = io::stdout().lock();
             if let Err(e) = out.write_all(&data).and_then(|()| out.flush()) {
                 if e.kind() == io::ErrorKind::BrokenPipe {
                     // As a shell would report a pipeline member killed by SIGPIPE.
-                    return Ok(Some(128 + libc::SIGPIPE));
+                    return Ok(Some(Outcome::Signaled(libc::SIGPIPE).exit_code()));
                 }
                 return Err(e).context("writing stdout");
             }
             None
         }
-        Some(Frame::Stderr(data)) => {
+        Event::Stderr(data) => {
             let mut err = io::stderr().lock();
             let _ = err.write_all(&data).and_then(|()| err.flush());
             None
         }
-        Some(Frame::Exit(status)) => Some(exit_code(status)),
-        Some(Frame::TimedOut) => {
-            tty::restore();
-            eprintln!("boxdesk: the command timed out and was killed");
-            Some(EXIT_TIMEOUT)
-        }
-        Some(Frame::Error(msg)) => {
+        Event::Error(msg) => {
             tty::restore();
             eprintln!("boxdesk: {msg}");
-            Some(error_code(&msg))
+            None
         }
-        Some(Frame::File { .. }) => None,
-        Some(other) => bail!("unexpected {:?} frame from the agent", other.tag()),
-        None => bail!("the sandbox closed the session before the command exited"),
+        Event::Ended(outcome) => {
+            if outcome == Outcome::TimedOut {
+                tty::restore();
+                eprintln!("boxdesk: the command timed out and was killed");
+            }
+            Some(outcome.exit_code())
+        }
     })
 }
 
-/// What [`capture`] collected.
-pub struct Captured {
-    /// The exit code (as [`exit_code`] maps it).
-    pub code: i32,
-    /// Stdout, at most 64 MiB.
-    pub stdout: Vec<u8>,
-    /// Stderr, at most 64 KiB.
-    pub stderr: Vec<u8>,
-}
-
-/// Runs `argv` in sandbox `name` with no stdin and collects its output.
+/// Runs `argv` in sandbox `name` with no stdin, cwd `/`, and collects its
+/// output (bounded: [`client::CAPTURE_STDOUT_MAX`]).
 pub fn capture(paths: &SandboxPaths, name: &str, argv: &[&[u8]]) -> anyhow::Result<Captured> {
-    let mut session = connect(paths, name)?;
     let (cmd, args) = argv.split_first().context("empty argv")?;
     let mut exec = Exec::new(*cmd, args.iter().copied());
     exec.cwd = b"/".to_vec();
-    session.send(&Frame::Exec(exec))?;
-    session.send(&Frame::Stdin(SecretBytes::default()))?;
-    let mut out = Captured {
-        code: EXIT_BOXDESK,
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-    };
-    loop {
-        match session.recv()? {
-            Some(Frame::Stdout(d)) => {
-                if out.stdout.len() + d.len() > CAPTURE_MAX {
-                    bail!("output of {} is over 64 MiB", String::from_utf8_lossy(cmd));
-                }
-                out.stdout.extend_from_slice(&d);
-            }
-            Some(Frame::Stderr(d)) => {
-                let room = (64 * 1024usize).saturating_sub(out.stderr.len());
-                out.stderr.extend_from_slice(&d[..d.len().min(room)]);
-            }
-            Some(Frame::Exit(s)) => {
-                out.code = exit_code(s);
-                return Ok(out);
-            }
-            Some(Frame::TimedOut) => bail!("timed out"),
-            Some(Frame::Error(m)) => bail!("{m}"),
-            Some(_) => {}
-            None => bail!("the sandbox closed the session before the command exited"),
-        }
-    }
+    Ok(connect(paths, name)?.capture(exec)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn statuses_map_to_shell_exit_codes() {
-        assert_eq!(exit_code(0), 0);
-        assert_eq!(exit_code(3), 3);
-        assert_eq!(exit_code(-9), 137);
-        assert_eq!(exit_code(-15), 143);
-    }
-
-    #[test]
-    fn exec_errors_map_like_a_shell() {
-        assert_eq!(error_code("ENOENT: no such program"), 127);
-        assert_eq!(error_code("EACCES: permission denied"), 126);
-        assert_eq!(error_code("EIO: oops"), 125);
-    }
 
     #[test]
     fn timeouts_are_positive_and_rounded_up_to_milliseconds() {

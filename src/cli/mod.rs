@@ -1,6 +1,7 @@
-//! The command line: clap definitions, logging set-up, and the mapping of
-//! outcomes to exit codes (the command's own status; 128+N for a signal;
-//! 124 for `--timeout`; 125 when boxdesk itself failed).
+//! The command line: clap definitions, logging set-up, and exit codes (an
+//! exec's are `boxdesk_sandbox::client::status`'s one mapping: the
+//! command's own status; 128+N for a signal; 124 for `--timeout`; 125 when
+//! boxdesk itself failed; 126/127 as a shell).
 //!
 //! This module owns argument parsing and exit codes. It must never hold
 //! sandbox logic: each sub-command is a thin module over the library.
@@ -24,10 +25,9 @@ use anyhow::{bail, Context as _};
 use boxdesk_platform::{dirs, SandboxPaths};
 use clap::{Args, Parser, Subcommand};
 
-/// Exit code when boxdesk itself failed.
-pub const EXIT_BOXDESK: i32 = 125;
-/// Exit code when `--timeout` expired.
-pub const EXIT_TIMEOUT: i32 = 124;
+/// Exit code when boxdesk itself failed (the client's one mapping,
+/// `boxdesk_sandbox::client::status`).
+pub use boxdesk_sandbox::client::EXIT_BOXDESK;
 
 /// boxdesk: run commands in sandboxes.
 ///
@@ -36,7 +36,7 @@ pub const EXIT_TIMEOUT: i32 = 124;
 /// namespaces, no capabilities, a seccomp filter, cgroup limits) runs where
 /// no VM can; `boxdesk doctor` says which `auto` picks here. Exit codes: the command's own status, 128+N when it was
 /// killed by signal N, 124 when --timeout expired, 125 when boxdesk itself
-/// failed.
+/// failed, 126/127 as a shell when the command cannot run / is not found.
 #[derive(Debug, Parser)]
 #[command(
     name = "boxdesk",
