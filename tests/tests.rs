@@ -1,6 +1,7 @@
 //! Integration tests of the `boxdesk` binary, one binary with a module per
 //! area: `control` (the control and agent sockets), `cli` (commands, exit
-//! codes, bad input), `namespace` (what a sandbox can and cannot see),
+//! codes, bad input), `client` (the agent client against the real agent,
+//! `boxdesk __agent`), `namespace` (what a sandbox can and cannot see),
 //! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`), and
 //! `release` (the release assets in `dist/`).
 //!
@@ -17,6 +18,8 @@
 
 #[cfg(target_os = "linux")]
 mod cli;
+#[cfg(target_os = "linux")]
+mod client;
 #[cfg(target_os = "linux")]
 mod control;
 #[cfg(target_os = "linux")]
