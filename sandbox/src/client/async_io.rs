@@ -9,6 +9,8 @@
 //! blocking [`connect`](super::connect)'s. Every future here is
 //! cancel-safe between frames: dropping [`AsyncOutput::next_event`] loses no
 //! frame (a half-sent [`AsyncInput::send`] leaves the session unusable).
+//! It never gives a frame a meaning of its own: that is [`ExecState`]'s
+//! and [`Incoming`]'s.
 
 use std::path::Path;
 

@@ -12,6 +12,10 @@
 //! are followed by more output and an Exit); a close with neither is
 //! [`AgentError::Closed`]. File frames (the sandbox's `/results`, sent
 //! after Exit) are skipped.
+//!
+//! This module never reads past the end of an exec, never sends an empty
+//! Stdin frame except as the end of stdin, and never keeps output except
+//! in [`Connection::capture`], within its caps.
 
 use std::io;
 use std::time::Duration;
