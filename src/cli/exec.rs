@@ -82,7 +82,12 @@ pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Connection> {
         path: paths.agent.clone(),
         port: AGENT_PORT,
     };
-    Ok(client::connect(&endpoint, name)?)
+    client::connect(&endpoint, name).map_err(|e| match e {
+        // Unwrapped, so the CLI can tell a dead sandbox by its
+        // `NoSuchSandbox` (a transparent wrapper hides it from the chain).
+        client::AgentError::Connect(e) => e.into(),
+        e => e.into(),
+    })
 }
 
 /// The Exec frame for `command` with `opts`.
