@@ -75,9 +75,9 @@ impl ExitSlot {
     }
 }
 
-/// The status word of CHANNEL.md for a wait result: the exit code, or −N
+/// The wire status word (the `Exit` frame's) for a wait result: the exit code, or −N
 /// for a death by signal N; `None` for stops and continues.
-pub fn exit_code(ws: WaitStatus) -> Option<i32> {
+pub fn wire_status(ws: WaitStatus) -> Option<i32> {
     match ws {
         WaitStatus::Exited(_, code) => Some(code),
         WaitStatus::Signaled(_, sig, _) => Some(-(sig as i32)),
@@ -136,7 +136,7 @@ impl Registry {
         let Ok(ws) = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) else {
             return;
         };
-        if let (Some(code), Some(slot)) = (exit_code(ws), inner.live.remove(&pid)) {
+        if let (Some(code), Some(slot)) = (wire_status(ws), inner.live.remove(&pid)) {
             drop(inner);
             slot.deliver(code);
         }
@@ -201,7 +201,7 @@ impl Registry {
             Ok(ws) => ws,
             Err(_) => return,
         };
-        let Some(code) = exit_code(ws) else { return };
+        let Some(code) = wire_status(ws) else { return };
         if let Some(slot) = inner.live.remove(&pid.as_raw()) {
             drop(inner);
             slot.deliver(code);
