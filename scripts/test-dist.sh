@@ -5,8 +5,10 @@
 #    .github/workflows/release.yml is what `dist generate` writes) and lists
 #    the archive of every release target, the installer, the Homebrew
 #    formula and the guest image archives — and no guest-agent archive;
-# 2. `dist build --artifacts=local` for this host's target makes an archive
-#    whose checksum holds and whose boxdesk prints a full `--version`;
+# 2. `dist build --artifacts=local` for this host's target, with the
+#    environment the release workflow's Linux build-setup step exports
+#    (.github/build-setup.yml), makes an archive whose checksum holds and
+#    whose boxdesk is static-pie on a glibc host and prints a full `--version`;
 # 3. for each guest arch whose image was built (test.sh's image step),
 #    dist/images.sh packs the archive users unpack under
 #    $XDG_DATA_HOME/boxdesk/images, with a checksum that holds.
@@ -66,6 +68,12 @@ say "dist build --artifacts=local --target $host"
 manifest=$(mktemp /tmp/boxdesk-dist-manifest.XXXXXX)
 unpacked=$(mktemp -d /tmp/boxdesk-dist.XXXXXX)
 trap 'rm -rf "$manifest" "$unpacked"' EXIT
+# What the release workflow's build-setup step exports on Linux, read from
+# that file, so this build is the one users download.
+while IFS= read -r line; do
+  export "$line"
+done < <(sed -n 's/^ *echo "\(CARGO_TARGET_[A-Z0-9_]*_LINUX_GNU_RUSTFLAGS=[^"]*\)" >> "\$GITHUB_ENV"$/\1/p' \
+  .github/build-setup.yml)
 CARGO_TARGET_DIR=${BOXDESK_DIST_TARGET_DIR:-$cache/dist/target} nice -n 10 \
   "$dist" build --artifacts=local --target "$host" --output-format=json >"$manifest" ||
   die "dist build failed"
@@ -79,6 +87,14 @@ print(next(a["path"] for a in m["artifacts"].values()
 tar -xf "$archive" -C "$unpacked"
 bin=$unpacked/boxdesk-$host/boxdesk
 [ -x "$bin" ] || die "$(basename "$archive") has no boxdesk-$host/boxdesk"
+if [[ $host == *-linux-gnu ]]; then
+  # A static-pie ELF has no PT_INTERP (no dynamic loader to run first).
+  python3 -c 'import struct, sys
+d = open(sys.argv[1], "rb").read()
+off, = struct.unpack_from("<Q", d, 32); size, n = struct.unpack_from("<HH", d, 54)
+sys.exit(any(struct.unpack_from("<I", d, off + i * size)[0] == 3 for i in range(n)))' "$bin" ||
+    die "the archive's boxdesk is dynamically linked, not static-pie"
+fi
 version=$("$bin" --version) || die "boxdesk --version from the archive failed"
 echo "$version"
 re="^boxdesk $crate_version \\(commit ([0-9a-f]{7,}(-dirty)?|unknown), target $host, backends: namespace kvm\\)\$"
