@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::params::{ConfigureParams, DebugParams, IdParams, StartParams, TokenParams};
 use super::{MethodError, Outcome};
@@ -85,6 +85,6 @@ pub(super) fn network_drives() -> Outcome {
 
 /// `sendGuestResponse`: no guest in a namespace sandbox sends requests,
 /// so no reply can be pending.
-pub(super) fn guest_response(i: IdParams) -> Result<Value, MethodError> {
+pub(super) fn guest_response(i: IdParams) -> Outcome {
     Err(MethodError::NoPendingRequest(i.id.key()))
 }
