@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use boxdesk_channel::{Exec, SecretBytes};
 use serde_json::{json, Map, Value};
+use zeroize::Zeroizing;
 
 use super::folders::{attach, check_name, read_only};
 use super::params::{MountSpec, SpawnParams};
@@ -19,7 +20,7 @@ use crate::allowlist::Allowlist;
 use crate::logged;
 use crate::mounts;
 use crate::process;
-use crate::profile::Profile;
+use crate::profile::{Profile, Sdk};
 use crate::server::Server;
 
 /// The file-system half of a spawn, run off the async worker (a mount
@@ -88,39 +89,13 @@ pub(super) async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams
         (st.sdk.clone(), st.token.clone())
     };
     let session_dir = format!("/sessions/{}", s.name);
-    let mut env: Vec<(Vec<u8>, SecretBytes)> = Vec::with_capacity(s.env.len() + 12);
-    let mut set =
-        |k: &str, v: &str| env.push((k.as_bytes().to_vec(), SecretBytes::copy_from(v.as_bytes())));
-    let path = match &sdk {
-        Some(sdk) => format!(
-            "{}:{}",
-            sdk.dir.display(),
-            boxdesk_sandbox::namespace::PATH_INSIDE
-        ),
-        None => boxdesk_sandbox::namespace::PATH_INSIDE.to_owned(),
-    };
-    set("PATH", &path);
-    set("HOME", &home);
-    set("USER", &s.name);
-    set("LOGNAME", &s.name);
-    set("TERM", "xterm-256color");
-    if let Ok(lang) = std::env::var("LANG") {
-        set("LANG", &lang);
-    }
-    for (k, v) in sandbox.proxy_env() {
-        set(k, &v);
-    }
-    for (k, v) in &s.env {
-        if k.is_empty() || k.contains('=') || k.contains('\0') {
-            return Err(MethodError::BadEnvName(k.clone()));
-        }
-        set(k, v);
-    }
-    if !s.env.contains_key("CLAUDE_CODE_OAUTH_TOKEN") {
-        if let Some(t) = s.oauth_token.as_ref().map(|t| &t.0).or(approved.as_ref()) {
-            set("CLAUDE_CODE_OAUTH_TOKEN", t);
-        }
-    }
+    let env = environment(
+        &s,
+        &home,
+        sdk.as_ref(),
+        approved.as_ref(),
+        sandbox.proxy_env(),
+    )?;
     let command = match &sdk {
         Some(sdk)
             if Path::new(&s.command)
@@ -163,6 +138,53 @@ pub(super) async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams
     } else {
         json!({"failedMounts": failed})
     })
+}
+
+/// The environment of a spawned process, in the order the agent sets it:
+/// what every session has (PATH with the SDK first, HOME, USER, TERM,
+/// LANG), the sandbox's proxy, the client's variables, then the OAuth
+/// token unless the client set one.
+fn environment(
+    s: &SpawnParams,
+    home: &str,
+    sdk: Option<&Sdk>,
+    approved: Option<&Zeroizing<String>>,
+    proxy: Vec<(&'static str, String)>,
+) -> Result<Vec<(Vec<u8>, SecretBytes)>, MethodError> {
+    let mut env: Vec<(Vec<u8>, SecretBytes)> = Vec::with_capacity(s.env.len() + 12);
+    let mut set =
+        |k: &str, v: &str| env.push((k.as_bytes().to_vec(), SecretBytes::copy_from(v.as_bytes())));
+    let path = match sdk {
+        Some(sdk) => format!(
+            "{}:{}",
+            sdk.dir.display(),
+            boxdesk_sandbox::namespace::PATH_INSIDE
+        ),
+        None => boxdesk_sandbox::namespace::PATH_INSIDE.to_owned(),
+    };
+    set("PATH", &path);
+    set("HOME", home);
+    set("USER", &s.name);
+    set("LOGNAME", &s.name);
+    set("TERM", "xterm-256color");
+    if let Ok(lang) = std::env::var("LANG") {
+        set("LANG", &lang);
+    }
+    for (k, v) in proxy {
+        set(k, &v);
+    }
+    for (k, v) in &s.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(MethodError::BadEnvName(k.clone()));
+        }
+        set(k, v);
+    }
+    if !s.env.contains_key("CLAUDE_CODE_OAUTH_TOKEN") {
+        if let Some(t) = s.oauth_token.as_ref().map(|t| &t.0).or(approved) {
+            set("CLAUDE_CODE_OAUTH_TOKEN", t);
+        }
+    }
+    Ok(env)
 }
 
 /// The first mount that is not hidden, not `uploads` and not failed,
