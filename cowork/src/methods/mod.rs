@@ -1,9 +1,9 @@
 //! The methods of COWORK.md: [`call`] (the method table, in
-//! [`dispatch`]) decodes a request's parameters ([`params`]) and runs its
-//! handler, grouped by what it acts on: [`vm`] (the profile's lifecycle
-//! and settings), [`processes`] and [`spawn`] (the process table),
-//! [`folders`] (mounts and `readFile`), [`session_dirs`] (the sessions'
-//! directories on disk) and [`sdk`]. Every failure is a [`MethodError`]
+//! `dispatch`) decodes a request's parameters (`params`) and runs its
+//! handler, grouped by what it acts on: `vm` (the profile's lifecycle
+//! and settings), `processes` and `spawn` (the process table),
+//! `folders` (mounts and `readFile`), `session_dirs` (the sessions'
+//! directories on disk) and `sdk`. Every failure is a [`MethodError`]
 //! that becomes `success: false`; nothing a client sends can panic here.
 
 mod dispatch;
