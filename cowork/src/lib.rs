@@ -3,15 +3,17 @@
 //! Linux (`seeds/000_29b7676988e0ff03.txt`, `COWORK.md`). Linux only: on
 //! other hosts this crate is empty and the CLI says cowork needs Linux.
 //!
-//! Module map: [`wire`] (framing, envelopes) → [`server`] (socket, the
-//! three connection modes) → [`methods`] (every method) → [`profile`]
-//! (per-profile state, VM lifecycle) → [`sandbox`] (long-lived namespace
-//! sandboxes, agent sessions) and [`process`] (one process = one channel
-//! session; events via [`utf8`] into [`events`]). [`mounts`] attaches host
-//! folders to running sandboxes, [`proxy`] is the `allowedDomains`
-//! proxy (its rules: [`allowlist`]), [`sessions`] the session dirs,
-//! [`files`] `readFile`, [`private`] the server's own directories (0700;
-//! logs are `boxdesk_sandbox::log`'s). Every value a peer chose goes
+//! Module map: [`envelope`] (framing, envelopes) → [`server`] (socket,
+//! the three connection modes) → [`methods`] (the method table and every
+//! method) → [`profile`] (per-profile state, VM lifecycle) → [`sandbox`]
+//! (long-lived namespace sandboxes, agent sessions) and [`process`] (the
+//! process table; one process = one channel session; events via [`utf8`]
+//! and [`json`] into [`events`], signals named by [`signals`]).
+//! [`names`] is the one check of a session or mount name, [`mounts`]
+//! attaches host folders to running sandboxes, [`proxy`] is the
+//! `allowedDomains` proxy (its rules: [`allowlist`]), [`sessions`] the
+//! session dirs, [`files`] `readFile`, [`private`] the server's own
+//! directories (0700; logs are `boxdesk_sandbox::log`'s). Every value a peer chose goes
 //! through [`logged`] before it reaches a log line.
 //!
 //! Backend: which backend may run cowork's sandboxes is the `boxdesk`
@@ -26,10 +28,13 @@
 #![deny(missing_docs)]
 
 pub mod allowlist;
+pub mod envelope;
 pub mod events;
 pub mod files;
+pub mod json;
 pub mod methods;
 pub mod mounts;
+pub mod names;
 pub mod private;
 pub mod process;
 pub mod profile;
@@ -37,8 +42,8 @@ pub mod proxy;
 pub mod sandbox;
 pub mod server;
 pub mod sessions;
+pub mod signals;
 pub mod utf8;
-pub mod wire;
 
 use std::fmt::Display;
 use std::io;

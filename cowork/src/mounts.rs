@@ -30,6 +30,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::names::NameError;
+
 /// Why a folder cannot be mounted.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -47,9 +49,14 @@ pub enum MountError {
         /// The home directory.
         home: PathBuf,
     },
-    /// A name is empty, `.`, `..` or holds `/` or NUL.
-    #[error("bad name {0:?}")]
-    BadName(String),
+    /// A name is not one path component ([`crate::names`]).
+    #[error("bad name {name:?}: {why}")]
+    BadName {
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        why: NameError,
+    },
     /// A system call failed.
     #[error("{what} {}: {source}", path.display())]
     Os {
@@ -247,7 +254,10 @@ pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
 /// following any symlink on the way; each name is checked.
 pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
     for n in names {
-        check_name(n)?;
+        super::names::check(n).map_err(|why| MountError::BadName {
+            name: (*n).to_owned(),
+            why,
+        })?;
     }
     let base_fd = open_dir(base)?;
     let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
@@ -258,15 +268,6 @@ pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
         true,
     )
-}
-
-/// Refuses a mount or session name that is not one path component.
-pub fn check_name(n: &str) -> Result<(), MountError> {
-    if n.is_empty() || n == "." || n == ".." || n.contains('/') || n.contains('\0') || n.len() > 255
-    {
-        return Err(MountError::BadName(n.into()));
-    }
-    Ok(())
 }
 
 fn open_dir(p: &Path) -> Result<OwnedFd, MountError> {
@@ -298,7 +299,10 @@ fn walk(
     let mut here = shown.to_owned();
     for n in names {
         here.push(n);
-        let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName(n.clone()))?;
+        let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName {
+            name: n.clone(),
+            why: NameError::Nul,
+        })?;
         let mut made = false;
         if create {
             // SAFETY: `cur` is a valid directory fd and `c` a valid C
@@ -613,11 +617,19 @@ mod tests {
     }
 
     #[test]
-    fn names_must_be_one_component() {
+    fn names_must_be_one_component_and_are_checked_before_anything_is_made() {
+        let t = tempfile::tempdir().unwrap();
         for bad in ["", ".", "..", "a/b", "a\0b"] {
-            assert!(check_name(bad).is_err(), "{bad:?}");
+            assert!(
+                matches!(
+                    dir_beneath(t.path(), &["first", bad]),
+                    Err(MountError::BadName { .. })
+                ),
+                "{bad:?}"
+            );
+            assert!(!t.path().join("first").exists(), "{bad:?}");
         }
-        check_name(".skills").unwrap();
+        dir_beneath(t.path(), &[".skills"]).unwrap();
     }
 
     #[test]

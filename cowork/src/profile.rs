@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
+use super::envelope;
 use super::events::Events;
 use super::mounts;
 use super::private;
@@ -26,7 +27,6 @@ use super::process::Procs;
 use super::proxy::{self, Allowlist};
 use super::sandbox::{Layout, Net, Sandbox, SandboxError};
 use super::sessions::SessionsDir;
-use super::wire;
 
 /// A profile's identity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -169,7 +169,7 @@ impl Profile {
 
     /// Queues a status event (never held back).
     pub fn emit(&self, event: Value) {
-        self.events.push(wire::frame_json(&event));
+        self.events.push(envelope::frame_json(&event));
     }
 
     fn step(&self, step: &str, status: &str) {

@@ -20,10 +20,10 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 
+use super::envelope::{self, Request};
 use super::logged;
 use super::methods;
 use super::profile::{Profile, ProfileKey};
-use super::wire::{self, Request};
 use boxdesk_sandbox::conn::stall::{next_frame, Timed};
 use boxdesk_sandbox::conn::{Admission, MAX_CONNECTIONS};
 
@@ -168,11 +168,11 @@ enum Out {
     Events(Arc<Profile>),
 }
 
-fn reply_frame(id: Option<&Value>, outcome: methods::Outcome) -> Bytes {
-    let mut body = wire::reply(id, outcome);
-    if body.len() > wire::MAX_BODY {
+fn reply_frame(id: Option<&Value>, outcome: Result<Value, String>) -> Bytes {
+    let mut body = envelope::reply(id, outcome);
+    if body.len() > envelope::MAX_BODY {
         // The client drops a connection whose frame is over its cap.
-        body = wire::reply(
+        body = envelope::reply(
             id,
             Err(format!(
                 "the reply would be {} bytes, over the 10 MiB frame limit",
@@ -221,7 +221,7 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
     });
     // A small first buffer: the codec reserves a frame's whole length once
     // it has read it, and an idle peer costs no more than this.
-    let mut frames = FramedRead::with_capacity(rd, Timed::new(wire::codec()), FIRST_READ);
+    let mut frames = FramedRead::with_capacity(rd, Timed::new(envelope::codec()), FIRST_READ);
     let mut bound: Option<Arc<Profile>> = None;
     let mut subscribed = false;
     while let Some(frame) = next_frame(&mut frames).await {
@@ -241,7 +241,7 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
             // An event connection carries nothing from the client.
             continue;
         }
-        let parsed = wire::parse(&body);
+        let parsed = envelope::parse(&body);
         // The body may hold a token or stdin: wipe it once parsed.
         zeroize::Zeroize::zeroize(&mut body[..]);
         let req = match parsed {
@@ -301,7 +301,9 @@ async fn connection(server: Arc<Server>, stream: UnixStream) {
 }
 
 async fn respond(server: &Arc<Server>, p: &Arc<Profile>, req: Request, tx: &mpsc::Sender<Out>) {
-    let outcome = methods::call(server, p, &req.method, req.params).await;
+    let outcome = methods::call(server, p, &req.method, req.params)
+        .await
+        .map_err(|e| e.to_string());
     if let Err(e) = &outcome {
         tracing::info!("{} failed: {}", logged(&req.method), logged(e));
     }

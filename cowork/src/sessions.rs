@@ -18,6 +18,8 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::names::{self, NameError};
+
 /// Deepest directory nesting the walkers descend into (each level holds one fd).
 const MAX_DEPTH: usize = 512;
 
@@ -32,7 +34,7 @@ pub struct SessionsDir {
 pub enum SessionError {
     /// The session name is not a single plain path component.
     #[error("invalid session name: {0}")]
-    InvalidName(&'static str),
+    InvalidName(NameError),
     /// A path that must be a real directory is a symlink, a mount point, a file or else.
     #[error("not a directory: {}", .0.display())]
     NotADirectory(PathBuf),
@@ -348,31 +350,17 @@ impl SessionsDir {
         }
     }
 
-    /// Checks that `name` is one plain path component: non-empty, at most 255 bytes,
-    /// not `.` or `..`, without `/` or NUL.
-    pub fn validate_name(name: &str) -> Result<(), SessionError> {
-        let why = match name {
-            "" => "empty",
-            "." | ".." => "dot or dot-dot",
-            n if n.len() > 255 => "longer than 255 bytes",
-            n if n.contains('/') => "contains a slash",
-            n if n.contains('\0') => "contains a nul byte",
-            _ => return Ok(()),
-        };
-        Err(SessionError::InvalidName(why))
-    }
-
     /// Creates `<root>/<name>` with mode 0700 (and the root if missing), owned by the sandbox's
     /// ids ([`super::private::sandbox_owner`]), and returns its path. An existing real dir is
     /// fine; an existing symlink or non-dir is an error, never followed.
     pub fn create(&self, name: &str) -> Result<PathBuf, SessionError> {
-        Self::validate_name(name)?;
+        names::check(name).map_err(SessionError::InvalidName)?;
         self.ensure()?;
         let path = self.root.join(name);
         let root = self
             .open_root()
             .map_err(|e| io_err("open", &self.root, e))?;
-        let c = CString::new(name).map_err(|_| SessionError::InvalidName("contains a nul byte"))?;
+        let c = CString::new(name).map_err(|_| SessionError::InvalidName(NameError::Nul))?;
         // SAFETY: c is a valid NUL-terminated string that outlives the call.
         let made = match cvt(unsafe { libc::mkdirat(root.as_raw_fd(), c.as_ptr(), 0o700) }) {
             Err(e) if e.kind() != ErrorKind::AlreadyExists => {
@@ -452,7 +440,7 @@ impl SessionsDir {
     }
 
     fn delete_one(root: &io::Result<OwnedFd>, name: &str, busy: Busy) -> Result<(), String> {
-        Self::validate_name(name).map_err(|e| e.to_string())?;
+        names::check(name).map_err(|e| SessionError::InvalidName(e).to_string())?;
         if busy(name) {
             return Err("session has running processes".to_owned());
         }
@@ -547,17 +535,21 @@ mod tests {
 
     #[test]
     fn names_with_slash_dotdot_empty_or_nul_are_refused() {
-        for bad in ["", ".", "..", "a/b", "/", "a\0b", &"x".repeat(256)] {
-            assert!(SessionsDir::validate_name(bad).is_err(), "{bad:?} accepted");
+        let (_t, dir) = setup();
+        for bad in ["", ".", "..", "a/b", "/", "a\0b", &"x".repeat(256), "../x"] {
+            assert!(
+                matches!(dir.create(bad), Err(SessionError::InvalidName(_))),
+                "{bad:?} accepted"
+            );
         }
         for good in ["s1", ".hidden", "a b", &"x".repeat(255)] {
-            SessionsDir::validate_name(good).unwrap();
+            dir.create(good).unwrap();
         }
-        let (_t, dir) = setup();
-        assert!(matches!(
-            dir.create("../x"),
-            Err(SessionError::InvalidName(_))
-        ));
+        let report = dir.delete(&["..".to_owned()], &|_| false);
+        assert_eq!(
+            report.errors[".."], "invalid session name: dot or dot-dot",
+            "delete checks names the same way"
+        );
     }
 
     #[test]

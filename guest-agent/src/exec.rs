@@ -12,9 +12,9 @@
 use boxdesk_channel::{Exec, Frame, WinSize};
 
 use crate::agent::Agent;
+use crate::conn::Conn;
 use crate::pump::{Outcome, Pump};
 use crate::reaper::ExitSlot;
-use crate::wire::Wire;
 
 /// Why an exec could not even be started on the agent's side.
 #[derive(Debug, thiserror::Error)]
@@ -33,12 +33,12 @@ pub enum After {
     Shutdown,
 }
 
-/// Runs `exec` (on a PTY of size `pty` when given) over `wire`.
-pub fn run(wire: &mut Wire, agent: &Agent, exec: Exec, pty: Option<WinSize>) -> After {
+/// Runs `exec` (on a PTY of size `pty` when given) over `conn`.
+pub fn run(conn: &mut Conn, agent: &Agent, exec: Exec, pty: Option<WinSize>) -> After {
     let (slot, wake) = match ExitSlot::new() {
         Ok(s) => s,
         Err(e) => {
-            let _ = wire.queue(&Frame::error(ExecError::WakePipe(e).to_string()));
+            let _ = conn.queue(&Frame::error(ExecError::WakePipe(e).to_string()));
             return After::Close;
         }
     };
@@ -49,12 +49,12 @@ pub fn run(wire: &mut Wire, agent: &Agent, exec: Exec, pty: Option<WinSize>) -> 
     let child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let _ = wire.queue(&Frame::error(e.to_string()));
+            let _ = conn.queue(&Frame::error(e.to_string()));
             return After::Close;
         }
     };
     let pid = child.pid;
-    let outcome = Pump::new(wire, child, &agent.registry, &slot, wake, timeout_ms).run();
+    let outcome = Pump::new(conn, child, &agent.registry, &slot, wake, timeout_ms).run();
     agent.registry.forget(pid);
     crate::sweep::end_session(pid, &agent.registry, agent.adopts_orphans);
     let last = match outcome {
@@ -63,8 +63,8 @@ pub fn run(wire: &mut Wire, agent: &Agent, exec: Exec, pty: Option<WinSize>) -> 
         Outcome::Ended => return After::Close,
         Outcome::Shutdown => return After::Shutdown,
     };
-    if wire.send_blocking(&last).is_ok() {
-        let _ = crate::files::send_results(wire, &agent.results);
+    if conn.send_blocking(&last).is_ok() {
+        let _ = crate::files::send_results(conn, &agent.results);
     }
     After::Close
 }

@@ -19,7 +19,7 @@ use nix::dir::Dir;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode};
 
-use crate::wire::{Wire, WireError};
+use crate::conn::{Conn, ConnError};
 use boxdesk_platform::beneath::{components, kind, open_raw, open_regular, Beneath, Regular};
 
 /// Data bytes per File frame: well under `MAX_PAYLOAD` with room for the
@@ -41,11 +41,11 @@ pub enum FilesError {
 
 /// Answers a GetFile: File frames for the regular file `path` names
 /// beneath the root, or one Error. Only a failing socket is an error here.
-pub fn get_file(wire: &mut Wire, root: &Beneath, path: &[u8]) -> Result<(), WireError> {
+pub fn get_file(conn: &mut Conn, root: &Beneath, path: &[u8]) -> Result<(), ConnError> {
     let opened = components(path).and_then(|comps| root.regular(&comps));
     match opened {
-        Ok(regular) => send_file(wire, path, regular),
-        Err(e) => wire.send_blocking(&Frame::error(format!(
+        Ok(regular) => send_file(conn, path, regular),
+        Err(e) => conn.send_blocking(&Frame::error(format!(
             "GetFile {:?}: {e}",
             String::from_utf8_lossy(path)
         ))),
@@ -53,7 +53,7 @@ pub fn get_file(wire: &mut Wire, root: &Beneath, path: &[u8]) -> Result<(), Wire
 }
 
 /// Sends one opened file as File frames carrying `name`.
-fn send_file(wire: &mut Wire, name: &[u8], mut r: Regular) -> Result<(), WireError> {
+fn send_file(conn: &mut Conn, name: &[u8], mut r: Regular) -> Result<(), ConnError> {
     let shown = || String::from_utf8_lossy(name).into_owned();
     let mut offset = 0u64;
     let mut buf = vec![0u8; FILE_CHUNK.min(r.size as usize).max(1)];
@@ -62,13 +62,13 @@ fn send_file(wire: &mut Wire, name: &[u8], mut r: Regular) -> Result<(), WireErr
         let n = match read_full(&mut r.file, &mut buf[..want]) {
             Ok(n) => n,
             Err(e) => {
-                return wire.send_blocking(&Frame::error(FilesError::Read(shown(), e).to_string()))
+                return conn.send_blocking(&Frame::error(FilesError::Read(shown(), e).to_string()))
             }
         };
         if n < want {
-            return wire.send_blocking(&Frame::error(FilesError::Shrank(shown()).to_string()));
+            return conn.send_blocking(&Frame::error(FilesError::Shrank(shown()).to_string()));
         }
-        wire.send_blocking(&Frame::File {
+        conn.send_blocking(&Frame::File {
             path: name.to_vec(),
             mode: r.mode,
             offset,
@@ -97,25 +97,25 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// Sends every regular file under `results` (paths relative to it, joined
 /// with `/`). A missing results directory sends nothing.
-pub fn send_results(wire: &mut Wire, results: &Path) -> Result<(), WireError> {
+pub fn send_results(conn: &mut Conn, results: &Path) -> Result<(), ConnError> {
     let Ok(c) = CString::new(results.as_os_str().as_bytes()) else {
         return Ok(());
     };
     let Ok(dir) = open_raw(None, &c, libc::O_RDONLY | libc::O_DIRECTORY) else {
         return Ok(());
     };
-    walk(wire, dir, &mut Vec::new(), 0)
+    walk(conn, dir, &mut Vec::new(), 0)
 }
 
 fn walk(
-    wire: &mut Wire,
+    conn: &mut Conn,
     dirfd: OwnedFd,
     prefix: &mut Vec<u8>,
     depth: usize,
-) -> Result<(), WireError> {
+) -> Result<(), ConnError> {
     let names = match list(&dirfd) {
         Ok(names) => names,
-        Err(e) => return skip(wire, prefix, &format!("cannot list: {e}")),
+        Err(e) => return skip(conn, prefix, &format!("cannot list: {e}")),
     };
     for name in names {
         let len = prefix.len();
@@ -123,7 +123,7 @@ fn walk(
             prefix.push(b'/');
         }
         prefix.extend_from_slice(name.to_bytes());
-        let r = entry(wire, dirfd.as_fd(), &name, prefix, depth);
+        let r = entry(conn, dirfd.as_fd(), &name, prefix, depth);
         prefix.truncate(len);
         r?;
     }
@@ -131,24 +131,24 @@ fn walk(
 }
 
 fn entry(
-    wire: &mut Wire,
+    conn: &mut Conn,
     dir: BorrowedFd<'_>,
     name: &CStr,
     rel: &mut Vec<u8>,
     depth: usize,
-) -> Result<(), WireError> {
+) -> Result<(), ConnError> {
     let st = match fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(nix::errno::Errno::ENOENT) => return Ok(()),
-        Err(e) => return skip(wire, rel, &e.desc().to_lowercase()),
+        Err(e) => return skip(conn, rel, &e.desc().to_lowercase()),
     };
     match kind(&st) {
-        "directory" if depth + 1 >= MAX_DEPTH => skip(wire, rel, "too deep"),
+        "directory" if depth + 1 >= MAX_DEPTH => skip(conn, rel, "too deep"),
         "directory" => {
             let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
             match open_raw(Some(dir), name, flags) {
-                Ok(sub) => walk(wire, sub, rel, depth + 1),
-                Err(e) => skip(wire, rel, &e.desc().to_lowercase()),
+                Ok(sub) => walk(conn, sub, rel, depth + 1),
+                Err(e) => skip(conn, rel, &e.desc().to_lowercase()),
             }
         }
         "regular file" => {
@@ -156,11 +156,11 @@ fn entry(
                 open_raw(Some(d), n, f | libc::O_NOFOLLOW)
             });
             match opened {
-                Ok(regular) => send_file(wire, rel, regular),
-                Err(e) => skip(wire, rel, &e.to_string()),
+                Ok(regular) => send_file(conn, rel, regular),
+                Err(e) => skip(conn, rel, &e.to_string()),
             }
         }
-        other => skip(wire, rel, &format!("{other}, not a regular file")),
+        other => skip(conn, rel, &format!("{other}, not a regular file")),
     }
 }
 
@@ -185,7 +185,7 @@ fn list(dir: &OwnedFd) -> nix::Result<Vec<CString>> {
 }
 
 /// One Error naming a results entry that is not sent; the session goes on.
-fn skip(wire: &mut Wire, rel: &[u8], why: &str) -> Result<(), WireError> {
+fn skip(conn: &mut Conn, rel: &[u8], why: &str) -> Result<(), ConnError> {
     let shown = String::from_utf8_lossy(rel);
-    wire.send_blocking(&Frame::error(format!("results: skipped {shown:?}: {why}")))
+    conn.send_blocking(&Frame::error(format!("results: skipped {shown:?}: {why}")))
 }

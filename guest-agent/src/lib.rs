@@ -35,9 +35,9 @@
 //! connection) → `putfile` / `files` (file frames, paths via `beneath`)
 //! and `exec` + `pump` + `stdin` (one process, started by `spawn` through
 //! `fastspawn` (posix_spawn) or std's `Command`, with `pty` and `reaper`;
-//! its whole session killed at the end by `sweep`). `wire` frames the
-//! socket; `fdio`
-//! holds raw-fd helpers; `init`, `rootfs` (`--rootfs`: mount the image
+//! its whole session killed at the end by `sweep`). `conn` is one
+//! session's buffered, non-blocking socket and its framing; `fdio` holds
+//! raw-fd helpers; `init`, `rootfs` (`--rootfs`: mount the image
 //! and switch root into it), `loopback`, `power` and `console` are the
 //! PID-1 side.
 //!
@@ -49,6 +49,7 @@ mod console;
 
 mod agent;
 mod cli;
+mod conn;
 mod exec;
 mod fastspawn;
 mod fdio;
@@ -68,7 +69,6 @@ mod session;
 mod spawn;
 mod stdin;
 mod sweep;
-mod wire;
 mod workers;
 
 pub use agent::{run, AgentError};

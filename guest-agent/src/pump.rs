@@ -11,7 +11,7 @@
 //! pipe — [`DRAIN_GRACE`] after the exit, after a last read of whatever the
 //! pipe still holds. A timeout kills the process group and ends in
 //! TimedOut; the drain grace never does. A host frame that stops half-way
-//! for `wire::STALL` while the socket is being read is a protocol error
+//! for `conn::STALL` while the socket is being read is a protocol error
 //! (the time stdin is full and the socket not read does not count). The
 //! rest of the exec's session is `sweep`'s, after this loop.
 //!
@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use boxdesk_channel::{Frame, Tag};
 
+use crate::conn::{Conn, ConnError, Pull};
 use crate::fdio;
 use crate::reaper::{ExitSlot, Registry};
 use crate::spawn::{ChildIo, Spawned};
 use crate::stdin::{Feed, Stdin};
-use crate::wire::{Pull, Wire, WireError};
 
 /// How long after the child's exit its output may still be read before
 /// Exit is sent anyway (a backgrounded grandchild may hold the pipe open).
@@ -73,7 +73,7 @@ struct Output {
 
 /// One exec in flight.
 pub struct Pump<'w> {
-    wire: &'w mut Wire,
+    conn: &'w mut Conn,
     pid: i32,
     pidfd: Option<OwnedFd>,
     registry: &'w Registry,
@@ -101,7 +101,7 @@ enum Role {
 impl<'w> Pump<'w> {
     /// A pump for a just-started child; `timeout_ms` 0 means no deadline.
     pub fn new(
-        wire: &'w mut Wire,
+        conn: &'w mut Conn,
         child: Spawned,
         registry: &'w Registry,
         slot: &'w ExitSlot,
@@ -132,7 +132,7 @@ impl<'w> Pump<'w> {
             ChildIo::Pty(master) => (vec![output(Tag::Stdout, master, true)], Stdin::pty()),
         };
         Pump {
-            wire,
+            conn,
             pid: child.pid,
             pidfd: child.pidfd,
             registry,
@@ -163,7 +163,7 @@ impl<'w> Pump<'w> {
             if let Err(end) = self.check_stall() {
                 return end;
             }
-            if self.final_drain && self.wire.pending_out() == 0 {
+            if self.final_drain && self.conn.pending_out() == 0 {
                 self.drain_once();
                 continue;
             }
@@ -193,12 +193,12 @@ impl<'w> Pump<'w> {
         if !self.stdin.is_full() {
             sock |= libc::POLLIN;
         }
-        if self.wire.pending_out() > 0 {
+        if self.conn.pending_out() > 0 {
             sock |= libc::POLLOUT;
         }
-        fds.push(fdio::pollfd(self.wire.fd(), sock));
+        fds.push(fdio::pollfd(self.conn.fd(), sock));
         roles.push(Role::Socket);
-        let may_read = self.wire.pending_out() == 0;
+        let may_read = self.conn.pending_out() == 0;
         for (i, o) in self.outputs.iter().enumerate() {
             let mut ev = 0;
             if o.open && may_read {
@@ -235,7 +235,7 @@ impl<'w> Pump<'w> {
             Some((_, at)) if !self.final_drain => Some(at + DRAIN_GRACE),
             Some(_) => None,
         };
-        let stall = self.reading.then(|| self.wire.stall_deadline()).flatten();
+        let stall = self.reading.then(|| self.conn.stall_deadline()).flatten();
         fdio::until(match (at, stall) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -243,16 +243,16 @@ impl<'w> Pump<'w> {
     }
 
     /// Ends the session when a host frame stopped half-way for
-    /// `wire::STALL` while the socket was read.
+    /// `conn::STALL` while the socket was read.
     fn check_stall(&mut self) -> Result<(), Outcome> {
         let reading = !self.stdin.is_full();
         if reading && !self.reading {
-            self.wire.restart_stall_clock();
+            self.conn.restart_stall_clock();
         }
         self.reading = reading;
-        match self.wire.stall_deadline() {
+        match self.conn.stall_deadline() {
             Some(d) if reading && Instant::now() >= d => {
-                Err(self.fail(&WireError::Stalled.to_string()))
+                Err(self.fail(&ConnError::Stalled.to_string()))
             }
             _ => Ok(()),
         }
@@ -291,7 +291,7 @@ impl<'w> Pump<'w> {
     }
 
     fn on_socket(&mut self, revents: libc::c_short) -> Result<(), Outcome> {
-        if fdio::writable(revents) && self.wire.pending_out() > 0 && self.wire.flush_some().is_err()
+        if fdio::writable(revents) && self.conn.pending_out() > 0 && self.conn.flush_some().is_err()
         {
             return Err(self.end_with_kill());
         }
@@ -305,9 +305,9 @@ impl<'w> Pump<'w> {
         if !fdio::readable(revents) && revents & libc::POLLRDHUP == 0 {
             return Ok(());
         }
-        match self.wire.fill() {
+        match self.conn.fill() {
             Ok(Pull::Data(_)) | Ok(Pull::Again) => Ok(()),
-            Ok(Pull::Eof) if self.wire.has_partial_frame() => {
+            Ok(Pull::Eof) if self.conn.has_partial_frame() => {
                 Err(self.fail("peer closed the stream in the middle of a frame"))
             }
             // EOF (close or half-close) before Exit is a disconnect.
@@ -319,7 +319,7 @@ impl<'w> Pump<'w> {
     /// Handles every whole frame already received, while stdin has room.
     fn take_frames(&mut self) -> Result<(), Outcome> {
         while !self.stdin.is_full() {
-            match self.wire.next_frame() {
+            match self.conn.next_frame() {
                 Ok(Some(frame)) => self.on_frame(frame)?,
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(self.fail(&e.to_string())),
@@ -372,7 +372,7 @@ impl<'w> Pump<'w> {
     }
 
     fn queue(&mut self, frame: Frame) -> Result<(), Outcome> {
-        match self.wire.queue(&frame) {
+        match self.conn.queue(&frame) {
             Ok(()) => Ok(()),
             Err(_) => Err(self.end_with_kill()),
         }
@@ -395,17 +395,17 @@ impl<'w> Pump<'w> {
     /// busy stream costs a read and a send per chunk, not a poll as well.
     fn read_output(&mut self, i: usize) -> Result<(), Outcome> {
         for _ in 0..BURST {
-            if self.wire.pending_out() > 0 || !self.outputs[i].open {
+            if self.conn.pending_out() > 0 || !self.outputs[i].open {
                 return Ok(());
             }
             let o = &mut self.outputs[i];
-            match self.wire.queue_output(o.tag, o.fd.as_fd(), OUTPUT_CHUNK) {
+            match self.conn.queue_output(o.tag, o.fd.as_fd(), OUTPUT_CHUNK) {
                 Ok(Pull::Data(n)) => o.budget = o.budget.saturating_sub(n),
                 Ok(Pull::Again) => return Ok(()),
                 // EIO is how a PTY master reports that every slave is closed.
                 Ok(Pull::Eof) | Err(_) => o.open = false,
             }
-            if self.wire.pending_out() > 0 && self.wire.flush_some().is_err() {
+            if self.conn.pending_out() > 0 && self.conn.flush_some().is_err() {
                 return Err(self.end_with_kill());
             }
         }
@@ -416,11 +416,11 @@ impl<'w> Pump<'w> {
     /// to its budget, and close it at the first empty read.
     fn drain_once(&mut self) {
         for i in 0..self.outputs.len() {
-            if !self.outputs[i].open || self.wire.pending_out() > 0 {
+            if !self.outputs[i].open || self.conn.pending_out() > 0 {
                 continue;
             }
             let o = &mut self.outputs[i];
-            match self.wire.queue_output(o.tag, o.fd.as_fd(), OUTPUT_CHUNK) {
+            match self.conn.queue_output(o.tag, o.fd.as_fd(), OUTPUT_CHUNK) {
                 Ok(Pull::Data(n)) => {
                     o.budget = o.budget.saturating_sub(n);
                     if o.budget == 0 {
@@ -429,7 +429,7 @@ impl<'w> Pump<'w> {
                 }
                 Ok(_) | Err(_) => o.open = false,
             }
-            if self.wire.flush_some().is_err() {
+            if self.conn.flush_some().is_err() {
                 self.outputs.iter_mut().for_each(|o| o.open = false);
             }
         }
@@ -474,7 +474,7 @@ impl<'w> Pump<'w> {
 
     /// Queues an Error, kills the process group, ends the session.
     fn fail(&mut self, msg: &str) -> Outcome {
-        let _ = self.wire.queue(&Frame::error(msg));
+        let _ = self.conn.queue(&Frame::error(msg));
         self.end_with_kill()
     }
 

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use boxdesk_channel::Frame;
 
 use crate::agent::Agent;
+use crate::conn::{Conn, ConnError};
 use crate::exec::After;
 use crate::putfile::Puts;
-use crate::wire::{Wire, WireError};
 
 /// Why a session ended early (logged only; the peer was told if it can be).
 #[derive(Debug, thiserror::Error)]
@@ -27,42 +27,42 @@ pub enum SessionError {
     Setup(std::io::Error),
     /// The stream failed or the peer misbehaved.
     #[error(transparent)]
-    Wire(#[from] WireError),
+    Conn(#[from] ConnError),
 }
 
 /// Serves one connection, whose headers are exchanged, until it ends.
 pub fn serve(fd: OwnedFd, agent: Arc<Agent>) {
-    let mut wire = match Wire::new(fd) {
+    let mut conn = match Conn::new(fd) {
         Ok(w) => w,
         Err(e) => {
             log!("{}", SessionError::Setup(e));
             return;
         }
     };
-    let after = files_then_exec(&mut wire, &agent);
+    let after = files_then_exec(&mut conn, &agent);
     match after {
-        Ok(After::Close) => wire.close(),
+        Ok(After::Close) => conn.close(),
         Ok(After::Shutdown) => {
-            drop(wire);
+            drop(conn);
             agent.shutdown();
         }
         Err(e) => {
             if e.is_protocol() {
-                let _ = wire.queue(&Frame::error(e.to_string()));
-                wire.close();
+                let _ = conn.queue(&Frame::error(e.to_string()));
+                conn.close();
             }
         }
     }
 }
 
 /// The file phase, then whatever ends the session.
-fn files_then_exec(wire: &mut Wire, agent: &Agent) -> Result<After, WireError> {
+fn files_then_exec(conn: &mut Conn, agent: &Agent) -> Result<After, ConnError> {
     let mut puts = Puts::default();
     loop {
-        let Some(frame) = wire.recv_blocking()? else {
+        let Some(frame) = conn.recv_blocking()? else {
             // EOF: the last series ends here; no Error means all succeeded.
             if let Err(e) = puts.finish() {
-                wire.queue(&Frame::error(e.to_string()))?;
+                conn.queue(&Frame::error(e.to_string()))?;
             }
             return Ok(After::Close);
         };
@@ -72,7 +72,7 @@ fn files_then_exec(wire: &mut Wire, agent: &Agent) -> Result<After, WireError> {
         };
         if !continues {
             if let Err(e) = puts.finish() {
-                answer(wire, &e)?;
+                answer(conn, &e)?;
             }
         }
         match frame {
@@ -83,17 +83,17 @@ fn files_then_exec(wire: &mut Wire, agent: &Agent) -> Result<After, WireError> {
                 data,
             } => {
                 if let Err(e) = puts.chunk(&agent.root, path, mode, offset, &data) {
-                    answer(wire, &e)?;
+                    answer(conn, &e)?;
                 }
             }
-            Frame::GetFile(path) => crate::files::get_file(wire, &agent.root, &path)?,
-            Frame::Exec(exec) => return Ok(crate::exec::run(wire, agent, exec, None)),
+            Frame::GetFile(path) => crate::files::get_file(conn, &agent.root, &path)?,
+            Frame::Exec(exec) => return Ok(crate::exec::run(conn, agent, exec, None)),
             Frame::ExecPty(exec, size) => {
-                return Ok(crate::exec::run(wire, agent, exec, Some(size)))
+                return Ok(crate::exec::run(conn, agent, exec, Some(size)))
             }
             Frame::Shutdown => return Ok(After::Shutdown),
             other => {
-                wire.queue(&Frame::error(format!(
+                conn.queue(&Frame::error(format!(
                     "unexpected {:?} frame before an Exec",
                     other.tag()
                 )))?;
@@ -106,7 +106,7 @@ fn files_then_exec(wire: &mut Wire, agent: &Agent) -> Result<After, WireError> {
 /// Queues the Error for a refused PutFile without waiting for the socket:
 /// a host busy sending more chunks is not reading yet, and waiting for it
 /// could deadlock both sides. `recv_blocking` writes it out.
-fn answer(wire: &mut Wire, e: &crate::putfile::PutError) -> Result<(), WireError> {
-    wire.queue(&Frame::error(e.to_string()))?;
-    Ok(wire.flush_some()?)
+fn answer(conn: &mut Conn, e: &crate::putfile::PutError) -> Result<(), ConnError> {
+    conn.queue(&Frame::error(e.to_string()))?;
+    Ok(conn.flush_some()?)
 }

@@ -4,7 +4,8 @@
 //! Owns turning a frame body into a [`Request`] and results into reply
 //! bodies. A length over the cap is refused by the codec from the 4 length
 //! bytes alone, before anything is allocated for it. This module never
-//! decides what a method does.
+//! decides what a method does. (Named for what it frames: `wire` is
+//! `boxdesk_channel::wire`, the agent channel's payload encodings.)
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Map, Value};
@@ -35,7 +36,7 @@ pub struct Request {
 
 /// Why a frame body is not a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum WireError {
+pub enum EnvelopeError {
     /// The body is not JSON at all: the connection is closed after the reply.
     #[error("frame body is not JSON: {0}")]
     NotJson(String),
@@ -59,38 +60,41 @@ pub enum WireError {
     },
 }
 
-impl WireError {
+impl EnvelopeError {
     /// Whether the connection must end after the error reply.
     pub fn closes(&self) -> bool {
-        matches!(self, WireError::NotJson(_) | WireError::NotObject(_))
+        matches!(
+            self,
+            EnvelopeError::NotJson(_) | EnvelopeError::NotObject(_)
+        )
     }
 
     /// The id to answer with, when one is known.
     pub fn id(&self) -> Option<&Value> {
         match self {
-            WireError::NoMethod { id } | WireError::BadParams { id, .. } => id.as_ref(),
+            EnvelopeError::NoMethod { id } | EnvelopeError::BadParams { id, .. } => id.as_ref(),
             _ => None,
         }
     }
 }
 
 /// Parses one frame body.
-pub fn parse(body: &[u8]) -> Result<Request, WireError> {
+pub fn parse(body: &[u8]) -> Result<Request, EnvelopeError> {
     let value: Value =
-        serde_json::from_slice(body).map_err(|e| WireError::NotJson(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let Value::Object(mut obj) = value else {
-        return Err(WireError::NotObject(kind(&value)));
+        return Err(EnvelopeError::NotObject(kind(&value)));
     };
     // A JSON null id is no id: the client never sends one.
     let id = obj.remove("id").filter(|v| !v.is_null());
     let method = match obj.remove("method") {
         Some(Value::String(m)) => m,
-        _ => return Err(WireError::NoMethod { id }),
+        _ => return Err(EnvelopeError::NoMethod { id }),
     };
     let params = match obj.remove("params") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(p @ Value::Object(_)) => p,
-        Some(_) => return Err(WireError::BadParams { id, method }),
+        Some(_) => return Err(EnvelopeError::BadParams { id, method }),
     };
     Ok(Request { id, method, params })
 }

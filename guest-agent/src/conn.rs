@@ -8,7 +8,7 @@
 //! secrets are wiped once decoded and when the buffer moves or drops. Child
 //! output is read straight into the output buffer behind a frame header,
 //! without a copy. A frame must arrive whole within [`STALL`] of its first
-//! byte being read ([`Wire::stall_deadline`]); the time between frames is
+//! byte being read ([`Conn::stall_deadline`]); the time between frames is
 //! the peer's own. Nothing here blocks unless its name ends in
 //! `_blocking`; the input buffer never holds more than one maximum frame,
 //! and no buffer is allocated before the first byte to go in it.
@@ -29,13 +29,13 @@ const READ_CHUNK: usize = 64 * 1024;
 /// How long a frame may take to arrive once its first byte was read: a
 /// peer that stops in the middle of a frame for this long is dropped.
 pub const STALL: Duration = Duration::from_secs(10);
-/// How long [`Wire::close`] keeps reading (and discarding) what the peer
+/// How long [`Conn::close`] keeps reading (and discarding) what the peer
 /// still sends, so unread bytes do not turn our close into a reset.
 const LINGER: Duration = Duration::from_millis(500);
 
 /// Why a session's stream failed.
 #[derive(Debug, thiserror::Error)]
-pub enum WireError {
+pub enum ConnError {
     /// The socket failed (the peer is gone, usually).
     #[error("session socket: {0}")]
     Io(#[from] io::Error),
@@ -50,13 +50,13 @@ pub enum WireError {
     Stalled,
 }
 
-impl WireError {
+impl ConnError {
     /// True when the peer sent something wrong (it gets an Error frame);
     /// false when the stream itself failed (nobody to tell).
     pub fn is_protocol(&self) -> bool {
         matches!(
             self,
-            WireError::Frame(_) | WireError::Truncated | WireError::Stalled
+            ConnError::Frame(_) | ConnError::Truncated | ConnError::Stalled
         )
     }
 }
@@ -73,7 +73,7 @@ pub enum Pull {
 }
 
 /// A session socket with its buffers.
-pub struct Wire {
+pub struct Conn {
     fd: OwnedFd,
     inb: Vec<u8>,
     start: usize,
@@ -87,12 +87,12 @@ pub struct Wire {
     dirty: usize,
 }
 
-impl Wire {
+impl Conn {
     /// Wraps a connected stream socket and makes it non-blocking. The
     /// buffers start empty: a session that sends nothing costs nothing.
-    pub fn new(fd: OwnedFd) -> io::Result<Wire> {
+    pub fn new(fd: OwnedFd) -> io::Result<Conn> {
         fdio::set_nonblocking(fd.as_fd(), true)?;
-        Ok(Wire {
+        Ok(Conn {
             fd,
             inb: Vec::new(),
             start: 0,
@@ -111,7 +111,7 @@ impl Wire {
 
     /// Reads once from the socket into the input buffer, with room for at
     /// least the whole next frame (its header is checked by
-    /// [`Wire::next_frame`], not here).
+    /// [`Conn::next_frame`], not here).
     pub fn fill(&mut self) -> io::Result<Pull> {
         let need = self.inb[self.start..self.end]
             .first_chunk::<{ FrameHeader::LEN }>()
@@ -305,7 +305,7 @@ impl Wire {
     }
 
     /// Queues `frame` and writes everything, waiting as needed.
-    pub fn send_blocking(&mut self, frame: &Frame) -> Result<(), WireError> {
+    pub fn send_blocking(&mut self, frame: &Frame) -> Result<(), ConnError> {
         self.queue(frame)?;
         Ok(self.flush_blocking()?)
     }
@@ -313,14 +313,14 @@ impl Wire {
     /// The next frame, waiting for it (between frames, for ever; inside
     /// one, until its [`STALL`] deadline); `None` at a clean end of stream.
     /// Queued output is written while waiting.
-    pub fn recv_blocking(&mut self) -> Result<Option<Frame>, WireError> {
+    pub fn recv_blocking(&mut self) -> Result<Option<Frame>, ConnError> {
         loop {
             if let Some(frame) = self.next_frame()? {
                 return Ok(Some(frame));
             }
             let stall = self.stall_deadline();
             if stall.is_some_and(|d| Instant::now() >= d) {
-                return Err(WireError::Stalled);
+                return Err(ConnError::Stalled);
             }
             let mut events = libc::POLLIN;
             if self.pending_out() > 0 {
@@ -333,7 +333,7 @@ impl Wire {
             }
             if fdio::readable(fds[0].revents) {
                 match self.fill()? {
-                    Pull::Eof if self.has_partial_frame() => return Err(WireError::Truncated),
+                    Pull::Eof if self.has_partial_frame() => return Err(ConnError::Truncated),
                     Pull::Eof => return Ok(None),
                     Pull::Data(_) | Pull::Again => {}
                 }
@@ -368,7 +368,7 @@ impl Wire {
     }
 }
 
-impl Drop for Wire {
+impl Drop for Conn {
     fn drop(&mut self) {
         self.wipe_input();
     }
