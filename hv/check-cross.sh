@@ -11,7 +11,7 @@
 #   aarch64-unknown-linux-gnu   the KVM arm64 half and the aarch64 VMM
 #
 # rustup here has only the x86_64 std, so Debian's Rust builds std for each
-# target from source (-Zbuild-std; /work/shared/TOOLCHAIN.md). Nothing is
+# target from source (-Zbuild-std; docs/BUILDING.md). Nothing is
 # linked or run. Idempotent: installs what is missing, keeps the std builds in
 # $BOXDESK_CACHE/cross-check (default /var/cache/boxdesk) between runs.
 #

@@ -9,7 +9,7 @@
 # Where rustup has the musl std for the target (a developer laptop, release
 # CI) plain cargo is used. Otherwise (these build machines: rustup cannot
 # fetch that std) Debian's Rust and its std source build std for the target,
-# with zig as the musl linker (../shared/TOOLCHAIN.md). The cross target dir
+# with zig as the musl linker (docs/BUILDING.md). The cross target dir
 # lives in $BOXDESK_CACHE so std is built once per machine, not per clone.
 set -euo pipefail
 

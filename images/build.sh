@@ -6,7 +6,7 @@
 # (key=value lines), next to the agent from images/build-agent.sh.
 #
 # The kernel is Debian's linux-source-6.1 with tinyconfig + images/<arch>/
-# kernel.config (../shared/TOOLCHAIN.md, "Guest kernel"), cross-built when
+# kernel.config (docs/BUILDING.md, "Guest images"), cross-built when
 # the host differs (aarch64 on x86_64: ARCH=arm64
 # CROSS_COMPILE=aarch64-linux-gnu-, gcc-aarch64-linux-gnu). The source is
 # unpacked once per package version under $BOXDESK_CACHE/images/src; the

@@ -6,7 +6,7 @@
 # virt machine with a GICv3 and a cortex-a72, console ttyAMA0) with a
 # vhost-user vsock device served by vhost-device-vsock (the same hybrid
 # `CONNECT <port>\n` -> `OK <port>\n` socket the VMM serves;
-# ../shared/TOOLCHAIN.md, "Images under emulation"), waits for the guest
+# docs/BUILDING.md, "Guest images"), waits for the guest
 # agent on vsock port 1024 and runs `uname -m` through the channel client
 # example (channel/examples/agch.rs); it must print the arch. Fails,
 # printing the serial console, if that does not work within

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs every boxdesk test, installing what is missing first:
 #   bash scripts/test.sh
-# Steps: setup, fmt, clippy (workspace), the workspace's tests as root,
-# static musl agents for x86_64 and aarch64 (the aarch64 one runs under
-# qemu-aarch64-static for one real exec), the guest images of both arches
-# (images/build.sh) booted under qemu TCG (images/check-qemu.sh), the
-# nested-KVM harness on both arches, the namespace/cowork end-to-end tests
-# again as an unprivileged user, the release configuration
-# (scripts/test-dist.sh: cargo-dist's plan and a host archive) and the fuzz
-# targets' regressions.
+# Steps: setup, fmt, no tracked file pointing outside the repository, clippy
+# (workspace), the workspace's tests as root, static musl agents for x86_64
+# and aarch64 (the aarch64 one runs under qemu-aarch64-static for one real
+# exec), the guest images of both arches (images/build.sh) booted under qemu
+# TCG (images/check-qemu.sh), the nested-KVM harness on both arches, the
+# namespace/cowork end-to-end tests again as an unprivileged user, the
+# release configuration (scripts/test-dist.sh: cargo-dist's plan and a host
+# archive) and the fuzz targets' regressions.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -32,6 +32,13 @@ dist_install=$!
 
 step "cargo fmt --check"
 cargo fmt --all --check
+
+step "no tracked file points outside the repository"
+# The docs are the project's own (docs/); fuzz inputs are arbitrary bytes.
+if git grep -nIE -e '\.\./shared' -e '/work/[s]hared' -- . ':!fuzz/regressions' ':!fuzz/corpus'; then
+  echo "the lines above point outside the repository: write it in docs/ instead" >&2
+  exit 1
+fi
 
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
