@@ -26,13 +26,17 @@ pub mod cgroup;
 pub mod conn;
 pub mod control;
 pub mod forward;
+pub mod keeper;
 pub mod lock;
 pub mod log;
 #[cfg(target_os = "linux")]
 pub mod namespace;
+pub mod running;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod state;
+
+pub use running::Sandbox;
 
 /// Default cap on a namespace sandbox's processes and threads (`--pids`).
 pub const DEFAULT_PIDS: u64 = 4096;
