@@ -1,8 +1,8 @@
 //! Serving the control socket: a lobby thread ([`crate::conn::lobby`])
 //! holds each new connection until its first request line is complete,
 //! then the connection gets a blocking thread of its own that reads
-//! request lines and answers them from a [`Controlled`] (the helper, which
-//! owns one running [`crate::Sandbox`]).
+//! request lines and answers them from a [`Controlled`] (a
+//! [`crate::keeper::Keeper`], which holds one running [`crate::Sandbox`]).
 //!
 //! This module owns the per-connection rules of DESIGN.md's "Host control
 //! socket": peers of another uid are refused, a bad line ends only its own
@@ -61,8 +61,8 @@ const RULES: Rules = Rules {
     foreign: FOREIGN.as_bytes(),
 };
 
-/// What the control socket reports on and acts on: the helper process
-/// around one sandbox (its `info` pairs, its teardown).
+/// What the control socket reports on and acts on: the keeper of one
+/// sandbox (its `info` pairs, its teardown).
 pub trait Controlled: Send + Sync + 'static {
     /// The `key value` pairs of an `info` reply, in order.
     fn info(&self) -> Vec<(&'static str, String)>;

@@ -569,3 +569,58 @@ impl Drop for NamespaceSandbox {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn places(dir: &std::path::Path) -> Places {
+        Places {
+            agent_sock: dir.join("agent.sock"),
+            front: Some(dir.join("t.agent")),
+            log: dir.join("t.log"),
+        }
+    }
+
+    #[test]
+    fn a_sandbox_whose_agent_never_answers_is_reported_dead_and_leaves_no_socket_behind() {
+        if super::super::find_bwrap().is_none() {
+            println!("skipped: no bwrap on PATH");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let places = places(dir.path());
+        // The agent is this test binary, which runs no test named
+        // `__agent` and exits at once: the sandbox ends before it answers.
+        let spec = SandboxSpec::new(format!("ns-running-test-{}", std::process::id()));
+        let sb = NamespaceSandbox::start(&spec, places.clone()).unwrap();
+        assert!(sb.pid() > 0);
+        assert!(places.front.as_ref().unwrap().exists(), "front not bound");
+        match sb.wait_ready() {
+            Err(StartError::Died { how, log, .. }) => {
+                assert!(how.starts_with("the sandbox exited ("), "{how}");
+                assert_eq!(log, places.log);
+            }
+            other => panic!("expected Died, got {other:?}"),
+        }
+        assert!(matches!(sb.wait(), Ended::Died(why) if why.contains("on its own")));
+        assert!(!places.agent_sock.exists(), "the agent's socket stayed");
+        assert!(!places.front.unwrap().exists(), "the front socket stayed");
+        let info = sb.info();
+        assert_eq!((info.backend, info.isolation), ("namespace", "namespaces"));
+        assert!(info.more.iter().any(|(k, _)| *k == "sandbox_pid"));
+    }
+
+    #[test]
+    fn a_rootfs_image_is_refused_before_anything_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = SandboxSpec::new("ns-rootfs-test");
+        spec.rootfs = Rootfs::Image {
+            path: "/img".into(),
+            writable: false,
+        };
+        let e = NamespaceSandbox::start(&spec, places(dir.path())).unwrap_err();
+        assert!(e.to_string().contains("cannot boot a rootfs image"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
