@@ -302,16 +302,3 @@ impl Controlled for Keeper {
         }
     }
 }
-
-impl Owner {
-    /// This process's uid and gid.
-    pub fn us() -> Self {
-        // SAFETY: getuid/getgid cannot fail and touch no memory of ours.
-        unsafe {
-            Owner {
-                uid: libc::getuid(),
-                gid: libc::getgid(),
-            }
-        }
-    }
-}

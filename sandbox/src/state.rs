@@ -95,6 +95,19 @@ pub struct Owner {
     pub gid: u32,
 }
 
+impl Owner {
+    /// This process's uid and gid.
+    pub fn us() -> Self {
+        // SAFETY: getuid/getgid cannot fail and touch no memory of ours.
+        unsafe {
+            Owner {
+                uid: libc::getuid(),
+                gid: libc::getgid(),
+            }
+        }
+    }
+}
+
 impl StateDir {
     /// Creates the state dir of `name` under the private boxdesk state root,
     /// with `root/`, `work/` and `results/` inside owned by `owner`. A dir
