@@ -52,6 +52,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use boxdesk_platform::{dirs, socket, DirError, SocketError};
+use boxdesk_sandbox::keeper::Starter;
 
 /// A value a peer may have chosen (a method name, an id, a path, a
 /// domain, an error quoting any of those), as it may appear in a log line:
@@ -90,12 +91,16 @@ pub struct Options {
     pub socket: PathBuf,
     /// Turns debug logging on or off at runtime (`setDebugLogging`).
     pub debug: Arc<dyn Fn(bool) + Send + Sync>,
+    /// What starts the sandboxes: the backend the binary resolved (cowork
+    /// never picks one).
+    pub starter: Arc<dyn Starter>,
 }
 
 /// Serves until SIGTERM or SIGINT, then stops every sandbox, kills every
 /// process, removes the socket and returns. Call it while the process is
 /// still single-threaded: it enters a private mount namespace first.
 pub fn main(opts: Options) -> Result<(), CoworkError> {
+    private::set_sandbox_owner(opts.starter.inside_owner());
     if let Err(why) = mounts::enter_private_namespace() {
         tracing::warn!(
             "folders cannot be mounted into sandboxes: no private mount namespace: {why}"
@@ -135,11 +140,9 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         data_root,
         runtime_root,
         Box::new(move |on| debug(on)),
+        opts.starter.clone(),
     ));
-    tracing::info!(
-        "boxdesk cowork serving on {} (backend namespace)",
-        opts.socket.display()
-    );
+    tracing::info!("boxdesk cowork serving on {}", opts.socket.display());
     runtime.block_on(async {
         listener
             .set_nonblocking(true)

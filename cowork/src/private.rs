@@ -92,13 +92,21 @@ pub fn dirs(top: &Path, path: &Path) -> Result<(), PrivateError> {
     Ok(())
 }
 
-/// The host uid and gid of root inside a sandbox this server starts (as a
-/// user, ours; as root, the subordinate ids, read once: every spawn asks).
+static OWNER: OnceLock<(u32, u32)> = OnceLock::new();
+
+/// Records who root inside this server's sandboxes is on the host (its
+/// starter's [`boxdesk_sandbox::keeper::Starter::inside_owner`]); only the
+/// first call counts.
+pub fn set_sandbox_owner(owner: boxdesk_sandbox::state::Owner) {
+    let _ = OWNER.set((owner.uid, owner.gid));
+}
+
+/// The host uid and gid of root inside a sandbox this server starts, as
+/// [`set_sandbox_owner`] recorded it (ours until then).
 pub fn sandbox_owner() -> (u32, u32) {
-    static OWNER: OnceLock<(u32, u32)> = OnceLock::new();
     *OWNER.get_or_init(|| {
-        let ids = boxdesk_sandbox::namespace::IdMap::for_this_process();
-        (ids.uid, ids.gid)
+        let us = boxdesk_sandbox::state::Owner::us();
+        (us.uid, us.gid)
     })
 }
 

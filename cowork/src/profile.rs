@@ -25,8 +25,10 @@ use super::mounts;
 use super::private;
 use super::process::Procs;
 use super::proxy::{self, Allowlist};
-use super::sandbox::{Layout, Net, Sandbox, SandboxError};
+use super::sandbox::{Layout, Naming, Net, Sandbox, SandboxError};
 use super::sessions::SessionsDir;
+use boxdesk_sandbox::keeper::Starter;
+use boxdesk_sandbox::running::Resources;
 
 /// A profile's identity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -114,6 +116,8 @@ pub struct Profile {
     shared_ready: AtomicBool,
     /// Numbers the private-network sandboxes' run dirs; never reused.
     next_tag: std::sync::atomic::AtomicU32,
+    /// What starts its sandboxes (the binary's choice of backend).
+    starter: Arc<dyn Starter>,
     /// The topmost private dirs above `dir` (`<data>/boxdesk`) and above
     /// `layout.runtime` (`<runtime>/boxdesk/cowork`).
     tops: [PathBuf; 2],
@@ -122,8 +126,14 @@ pub struct Profile {
 impl Profile {
     /// A profile whose files live under `root/<dir_name>` and whose
     /// sockets and staged mounts live under `runtime/<dir_name>`, for a
-    /// user whose home is `home`.
-    pub fn new(key: ProfileKey, root: &Path, runtime: &Path, home: &Path) -> Self {
+    /// user whose home is `home`, whose sandboxes `starter` starts.
+    pub fn new(
+        key: ProfileKey,
+        root: &Path,
+        runtime: &Path,
+        home: &Path,
+        starter: Arc<dyn Starter>,
+    ) -> Self {
         let dir = root.join(key.dir_name());
         let tops = [root.parent().unwrap_or(root).to_owned(), runtime.to_owned()];
         let layout = Layout {
@@ -147,19 +157,38 @@ impl Profile {
             connected: AtomicBool::new(false),
             shared_ready: AtomicBool::new(false),
             next_tag: std::sync::atomic::AtomicU32::new(0),
+            starter,
             tops,
         }
     }
 
-    /// The limits of this profile's sandboxes: `memoryMB`/`cpuCount`, and
-    /// the default pids cap.
-    fn limits(&self) -> boxdesk_sandbox::cgroup::Limits {
+    /// What this profile's sandboxes may use: `memoryMB`/`cpuCount` (as
+    /// large as a limit can say), and the default pids cap and `/tmp`.
+    fn resources(&self) -> Resources {
         let s = self.settings();
-        boxdesk_sandbox::cgroup::Limits {
-            cpus: s.cpu_count.map(|c| c as f64),
-            mem_mib: s.memory_mb,
-            pids: Some(boxdesk_sandbox::DEFAULT_PIDS),
+        let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        Resources {
+            cpus: s.cpu_count.map(clamp),
+            mem_mib: s.memory_mb.map(clamp),
+            ..Resources::default()
         }
+    }
+
+    /// How the sandbox of `tag` (`host`, `net<n>`) is named and logged.
+    fn naming(&self, tag: &str) -> Naming {
+        Naming {
+            profile: self.key.name.clone(),
+            stem: if tag == "host" {
+                String::new()
+            } else {
+                format!("-{tag}")
+            },
+            log: self.log_of(tag),
+        }
+    }
+
+    fn log_of(&self, tag: &str) -> PathBuf {
+        self.layout.state.join(format!("sandbox-{tag}.log"))
     }
 
     /// Locks the settings.
@@ -211,8 +240,9 @@ impl Profile {
             self.step("wait_for_guest", "failed");
             return Err(format!("cannot start the sandbox: {e}"));
         }
-        let limits = self.limits();
-        match Sandbox::start(&self.layout, Net::Host, "host", staged, limits).await {
+        let starter = self.starter.clone();
+        let (naming, resources) = (self.naming("host"), self.resources());
+        match Sandbox::start(starter, &self.layout, Net::Host, naming, staged, resources).await {
             Ok(sb) => {
                 self.step("start_vm", "completed");
                 self.step("wait_for_guest", "completed");
@@ -275,12 +305,11 @@ impl Profile {
         Ok(())
     }
 
-    /// Makes the log of sandbox `tag` (which `sandbox.rs` then opens by
+    /// Makes the log of sandbox `tag` (which its backend then opens by
     /// name, appending) a private regular file: created 0600 or tightened,
     /// never through a symlink.
     fn private_log(&self, tag: &str) -> std::io::Result<()> {
-        let log = self.layout.state.join(format!("sandbox-{tag}.log"));
-        boxdesk_sandbox::log::open(&log).map(drop)
+        boxdesk_sandbox::log::open(&self.log_of(tag)).map(drop)
     }
 
     /// Whether folders can be attached to this profile's sandboxes.
@@ -331,13 +360,13 @@ impl Profile {
         let staged = self.shared_ready.load(Ordering::SeqCst);
         self.private_log(&tag)
             .map_err(|e| format!("cannot start the filtered sandbox: {e}"))?;
-        let limits = self.limits();
         let sb = Sandbox::start(
+            self.starter.clone(),
             &self.layout,
             Net::Filtered(Arc::new(allow)),
-            &tag,
+            self.naming(&tag),
             staged,
-            limits,
+            self.resources(),
         )
         .await
         .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;

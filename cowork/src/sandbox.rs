@@ -1,72 +1,63 @@
-//! The long-lived namespace sandboxes of one profile. Spawns are execs
-//! through the sandbox's agent (one channel session each), which is what
-//! makes them fast; a sandbox is started once, by `startVM` (host network)
-//! or by the first spawn with a given `allowedDomains` list (a private
-//! network whose only way out is the allowlist proxy).
+//! The long-lived sandboxes of one profile. Spawns are execs through the
+//! sandbox's agent (one channel session each), which is what makes them
+//! fast; a sandbox is started once, by `startVM` (host network) or by the
+//! first spawn with a given `allowedDomains` list (a private network whose
+//! only way out is the allowlist proxy, served here on the connections the
+//! sandbox relays from its `127.0.0.1:`[`PROXY_PORT`]).
 //!
-//! Layout inside, on top of the `boxdesk run` base ([`namespace::bwrap_args`]:
-//! read-only `/usr`, `/etc`, …, private `/dev`, `/proc`, `/tmp`, seccomp):
-//! `/sessions` is the profile's sessions dir, read-write; the user's home
-//! path holds the profile's home mirror (empty at first; the SDK and
-//! nothing else of the real home appears there). Both are slaves of shared
-//! mounts in the server's namespace ([`super::mounts`]), so folders
-//! attached later show up in running sandboxes.
+//! Each is a [`boxdesk_sandbox::Sandbox`] made by the [`Starter`] the
+//! binary chose (cowork never picks or names a backend), kept by a
+//! [`Keeper`] like any other sandbox: a name ([`name_for`]), a control
+//! socket, a state dir and an `info` with `profile`, so `boxdesk ls` lists
+//! it and `boxdesk exec`/`shell`/`stop` reach it. What it shares: the
+//! profile's sessions dir at `/sessions` and its home mirror at the user's
+//! home path (empty at first; the SDK and nothing else of the real home
+//! appears there), both following later mounts: they are the shared views
+//! of [`super::mounts`], so folders attached later show up in running
+//! sandboxes.
 //!
-//! bwrap runs with `--die-with-parent`, which follows the *thread* that
-//! started it: each sandbox is started and waited for by a thread of its
-//! own that lives exactly as long as the sandbox.
+//! A sandbox's end, however it comes (`stopVM`, `boxdesk stop NAME`, its own
+//! death), is seen here ([`Sandbox::ended`]) and takes its keeper's claim
+//! with it: no socket, lock or state dir is left.
 
-use boxdesk_platform::sync::lock;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use boxdesk_channel::{codec::handshake, AgchCodec, Frame};
-use futures_util::SinkExt;
+use boxdesk_channel::codec::handshake;
+use boxdesk_platform::sync::lock;
+use boxdesk_sandbox::keeper::{End, Keeper, KeeperError, Starter};
+use boxdesk_sandbox::lock::LockError;
+use boxdesk_sandbox::running::{AgentAddress, Net as SpecNet, Resources, SandboxSpec, Share};
+use boxdesk_sandbox::state::StateError;
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
-use tokio_util::codec::Framed;
 
 use super::proxy::{self, Allowlist};
-use boxdesk_sandbox::cgroup;
-use boxdesk_sandbox::forward::AgentAddr;
-use boxdesk_sandbox::namespace::{self, Bind, NamespaceError, Spec};
 
-/// How long a new sandbox's agent may take to answer.
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a sandbox may take to end after Shutdown.
-const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Pre-connected agent sessions kept ready for the next spawns.
 const POOL: usize = 2;
 /// The proxy's address inside a filtered sandbox.
 pub const PROXY_PORT: u16 = 3128;
+/// How many names [`name_for`] tries before giving up.
+const NAME_TRIES: u32 = 99;
 
 /// Why a sandbox could not start or serve.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    /// bwrap or its state could not be set up.
+    /// No name could be claimed for it.
     #[error(transparent)]
-    Namespace(#[from] NamespaceError),
-    /// The sandbox ended before its agent answered.
-    #[error("the sandbox exited before its agent answered; log {}:\n{tail}", log.display())]
-    Died {
-        /// The sandbox log.
-        log: PathBuf,
-        /// Its last lines.
-        tail: String,
-    },
-    /// The agent did not answer in time.
-    #[error("the sandbox's agent did not answer within {}s; log {}", READY_TIMEOUT.as_secs(), log.display())]
-    NotReady {
-        /// The sandbox log.
-        log: PathBuf,
-    },
+    Claim(#[from] KeeperError),
+    /// The backend could not start it, or its agent never answered.
+    #[error(transparent)]
+    Start(#[from] boxdesk_sandbox::running::StartError),
     /// The sandbox is gone.
     #[error("the sandbox is not running")]
     Gone,
+    /// The sandbox's agent is reached in a way cowork does not speak.
+    #[error("the sandbox's agent is not on a plain Unix socket")]
+    Unreachable,
     /// The agent refused or dropped the channel.
     #[error("agent channel: {0}")]
     Channel(#[from] boxdesk_channel::ChannelError),
@@ -121,99 +112,129 @@ pub enum Net {
     Filtered(Arc<Allowlist>),
 }
 
+/// What a sandbox is started as: its profile, its name's stem, its log.
+#[derive(Debug, Clone)]
+pub struct Naming {
+    /// The profile's name (`userDataName`), shown by `boxdesk ls`.
+    pub profile: String,
+    /// The stem of its name ([`name_for`]): the profile's part, then
+    /// `-net<n>` for a private-network one.
+    pub stem: String,
+    /// Where what it prints goes (the profile's `sandbox-<tag>.log`).
+    pub log: PathBuf,
+}
+
+/// The sandbox name cowork gives a profile's sandbox: `cowork-<pid>-<safe>`
+/// where `<pid>` is this server's (so two servers, of two users or two
+/// runtime dirs, never share a name or a cgroup) and `<safe>` is up to 24
+/// of the profile name's `[A-Za-z0-9_-]` (`profile` when it has none); a
+/// private-network sandbox adds `-net<n>`. A name another keeper holds
+/// (two profiles whose names differ only in other characters) gets the
+/// next free `-2`, `-3`, …: attempt `n` (from 1) of [`NAME_TRIES`].
+pub fn name_for(profile: &str, suffix: &str, attempt: u32) -> String {
+    let safe: String = profile
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .take(24)
+        .collect();
+    let safe = if safe.is_empty() { "profile" } else { &safe };
+    let base = format!("cowork-{}-{safe}{suffix}", std::process::id());
+    match attempt {
+        0 | 1 => base,
+        n => format!("{base}-{n}"),
+    }
+}
+
 /// One running sandbox.
-#[derive(Debug)]
 pub struct Sandbox {
-    agent: AgentAddr,
-    log: PathBuf,
-    bwrap_pid: u32,
+    name: String,
+    sandbox: Arc<dyn boxdesk_sandbox::Sandbox>,
+    keeper: Arc<Keeper>,
+    agent: PathBuf,
     dead: Arc<AtomicBool>,
     died: Arc<Notify>,
     pool: Mutex<Vec<UnixStream>>,
     proxy: Option<tokio::task::JoinHandle<()>>,
     filtered: bool,
-    /// Its cgroup, while it runs with enforced limits.
-    cgroup: Arc<Mutex<Option<cgroup::Cgroup>>>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Sandbox {
-    /// Starts a sandbox over `layout` with network `net`; `tag` names its
-    /// run dir and log; `staged` binds the shared views (so later mounts
-    /// reach it) rather than the plain dirs. Returns once its agent
-    /// answered a handshake.
+    /// Starts a sandbox over `layout` with network `net` and `resources`
+    /// through `starter`, kept under a name of [`name_for`]; `staged`
+    /// shares the shared views (so later mounts reach it) rather than the
+    /// plain dirs. Returns once its agent answered a handshake.
     pub async fn start(
+        starter: Arc<dyn Starter>,
         layout: &Layout,
         net: Net,
-        tag: &str,
+        naming: Naming,
         staged: bool,
-        limits: cgroup::Limits,
+        resources: Resources,
     ) -> Result<Arc<Sandbox>, SandboxError> {
-        let run_dir = layout.runtime.join(format!("run-{tag}"));
-        let log = layout.state.join(format!("sandbox-{tag}.log"));
-        let spec = spec(layout, &net, &run_dir, staged)?;
-        let agent_sock = run_dir.join("agent.sock");
-        let agent = AgentAddr::new(&agent_sock).map_err(os("opening the run dir"))?;
+        let spec_net = match net {
+            Net::Host => SpecNet::Host,
+            Net::Filtered(_) => SpecNet::None,
+        };
+        let layout = layout.clone();
+        let filtered = matches!(net, Net::Filtered(_));
+        let (keeper, sandbox, listener) = tokio::task::spawn_blocking(move || {
+            start_kept(
+                &*starter, &layout, spec_net, &naming, staged, resources, filtered,
+            )
+        })
+        .await
+        .map_err(|_| SandboxError::Gone)??;
+        let agent = match sandbox.owner_agent() {
+            AgentAddress::Unix(path) => path,
+            AgentAddress::Hybrid { .. } => {
+                end_kept(keeper, sandbox).await;
+                return Err(SandboxError::Unreachable);
+            }
+        };
         let dead = Arc::new(AtomicBool::new(false));
         let died = Arc::new(Notify::new());
-        let cgroup = Arc::new(Mutex::new(None));
-        let name = format!("cowork.{}.{tag}", std::process::id());
-        let bwrap_pid = keeper(
-            spec,
-            Keep {
-                agent_sock: agent_sock.clone(),
-                log: log.clone(),
-                cgroup: cgroup.clone(),
-                name,
-                limits,
-            },
-            dead.clone(),
-            died.clone(),
-        )
-        .await?;
+        watch(&keeper, &sandbox, &dead, &died)?;
         let mut sb = Sandbox {
+            name: keeper_name(&keeper),
+            sandbox,
+            keeper,
             agent,
-            log,
-            bwrap_pid,
             dead,
             died,
             pool: Mutex::new(Vec::with_capacity(POOL)),
             proxy: None,
-            filtered: matches!(net, Net::Filtered(_)),
-            cgroup,
+            filtered,
         };
-        let first = match sb.wait_ready().await {
-            Ok(s) => s,
-            Err(e) => {
-                sb.kill().await;
-                return Err(e);
-            }
-        };
-        if let Net::Filtered(allow) = net {
-            // The agent is bwrap's one child, PID 1 of the sandbox (its
-            // socket's peer is this process, which bound it).
-            let agent_pid = std::fs::read_to_string(format!(
-                "/proc/{pid}/task/{pid}/children",
-                pid = sb.bwrap_pid
-            ))
-            .ok()
-            .and_then(|c| c.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
-            match listen_in_netns(agent_pid) {
+        if let (Net::Filtered(allow), Some(l)) = (net, listener) {
+            match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
                 Err(e) => {
-                    sb.kill().await;
-                    return Err(e);
+                    sb.stop().await;
+                    return Err(os("registering the proxy listener")(e));
                 }
             }
         }
-        lock(&sb.pool).push(first);
-        Ok(Arc::new(sb))
+        let sb = Arc::new(sb);
+        sb.refill().await;
+        Ok(sb)
     }
 
-    /// OOM kills in the sandbox so far, where its limits are enforced by a
-    /// cgroup.
+    /// Its name, as `boxdesk ls` shows it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// OOM kills in the sandbox so far, where its backend counts them.
     pub fn oom_kills(&self) -> Option<u64> {
-        lock(&self.cgroup).as_ref().map(|c| c.oom_kills())
+        self.sandbox.oom_kills()
     }
 
     /// Whether the sandbox is still running.
@@ -274,7 +295,7 @@ impl Sandbox {
     }
 
     async fn connect(&self) -> Result<UnixStream, SandboxError> {
-        let mut s = UnixStream::connect(self.agent.path())
+        let mut s = UnixStream::connect(&self.agent)
             .await
             .map_err(os("connecting to the agent"))?;
         tokio::time::timeout(
@@ -286,59 +307,16 @@ impl Sandbox {
         Ok(s)
     }
 
-    async fn wait_ready(&self) -> Result<UnixStream, SandboxError> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let mut pause = Duration::from_micros(200);
-        loop {
-            if !self.alive() {
-                return Err(SandboxError::Died {
-                    log: self.log.clone(),
-                    tail: boxdesk_sandbox::log::tail(&self.log),
-                });
-            }
-            if let Ok(s) = self.connect().await {
-                return Ok(s);
-            }
-            if Instant::now() > deadline {
-                return Err(SandboxError::NotReady {
-                    log: self.log.clone(),
-                });
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(5));
-        }
-    }
-
-    /// Ends the sandbox: Shutdown to the agent (every process in it is
-    /// killed), then SIGKILL to bwrap if it has not ended in time.
+    /// Ends the sandbox: its agent asked to shut down (every process in it
+    /// is killed), killed if it has not ended in time, and its keeper's
+    /// claim undone.
     pub async fn stop(&self) {
         lock(&self.pool).clear();
         if let Some(p) = &self.proxy {
             p.abort();
         }
-        if self.alive() {
-            if let Ok(s) = self.connect().await {
-                let mut f = Framed::new(s, AgchCodec);
-                let _ = f.send(Frame::Shutdown).await;
-            }
-            if tokio::time::timeout(STOP_GRACE, self.ended())
-                .await
-                .is_err()
-            {
-                self.kill().await;
-            }
-        }
-        let _ = std::fs::remove_file(self.agent.path());
-    }
-
-    async fn kill(&self) {
-        if self.alive() {
-            // SAFETY: kill takes plain integers; bwrap is our child and is
-            // not reaped until its keeper thread sees it exit, so the pid
-            // cannot have been reused.
-            unsafe { libc::kill(self.bwrap_pid as i32, libc::SIGKILL) };
-            self.ended().await;
-        }
+        end_kept(self.keeper.clone(), self.sandbox.clone()).await;
+        self.ended().await;
     }
 }
 
@@ -350,151 +328,163 @@ impl Drop for Sandbox {
     }
 }
 
-fn spec(layout: &Layout, net: &Net, run_dir: &Path, staged: bool) -> Result<Spec, SandboxError> {
-    let state = |p: &Path, e: super::private::PrivateError| NamespaceError::State {
-        path: p.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    };
-    super::private::dir(run_dir).map_err(|e| state(run_dir, e))?;
-    for d in [&layout.sessions, &layout.home_mirror] {
-        super::private::sandbox_dir(d).map_err(|e| state(d, e))?;
-    }
-    let mut spec = Spec::new("cowork")?;
-    spec.net = matches!(net, Net::Host);
-    spec.binds = vec![
-        Bind::Rw {
-            host: if staged {
-                layout.staged_sessions()
-            } else {
-                layout.sessions.clone()
-            },
-            inside: "/sessions".into(),
-        },
-        Bind::Rw {
-            host: if staged {
-                layout.staged_home()
-            } else {
-                layout.home_mirror.clone()
-            },
-            inside: layout.home.clone(),
-        },
-    ];
-    spec.home = layout.home.clone();
-    spec.cwd = "/sessions".into();
-    Ok(spec)
+fn keeper_name(keeper: &Keeper) -> String {
+    keeper
+        .paths()
+        .sock
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
-/// What [`keeper`] sets up around bwrap and takes down after it.
-struct Keep {
-    agent_sock: PathBuf,
-    log: PathBuf,
-    cgroup: Arc<Mutex<Option<cgroup::Cgroup>>>,
-    name: String,
-    limits: cgroup::Limits,
+/// Ends a kept sandbox off the runtime (the keeper waits for it).
+async fn end_kept(keeper: Arc<Keeper>, sandbox: Arc<dyn boxdesk_sandbox::Sandbox>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        if !keeper.end(End::Stop) {
+            // Another end runs (`boxdesk stop`): the sandbox's end is
+            // what is waited for.
+            sandbox.wait();
+        }
+    })
+    .await;
 }
 
-/// Starts bwrap on a thread that then waits for it, so `--die-with-parent`
-/// holds for the sandbox's whole life, in a cgroup of its own with the
-/// profile's limits where one can be had (removed when it ends); returns
-/// bwrap's pid.
-async fn keeper(
-    spec: Spec,
-    keep: Keep,
-    dead: Arc<AtomicBool>,
-    died: Arc<Notify>,
-) -> Result<u32, SandboxError> {
-    let Keep {
-        agent_sock,
-        log,
-        cgroup: cg_slot,
-        name,
-        limits,
-    } = keep;
-    let (tx, rx) = tokio::sync::oneshot::channel();
+/// A thread that waits for the sandbox's end, whoever caused it, and then
+/// ends its keeper (a sandbox that died on its own says so in the log,
+/// with the tail of its own log) and wakes [`Sandbox::ended`].
+fn watch(
+    keeper: &Arc<Keeper>,
+    sandbox: &Arc<dyn boxdesk_sandbox::Sandbox>,
+    dead: &Arc<AtomicBool>,
+    died: &Arc<Notify>,
+) -> Result<(), SandboxError> {
+    let (keeper, sandbox, dead, died) =
+        (keeper.clone(), sandbox.clone(), dead.clone(), died.clone());
     std::thread::Builder::new()
         .name("cowork-sandbox".into())
         .stack_size(64 * 1024)
         .spawn(move || {
-            // The agent's socket is bound here, outside the sandbox, and
-            // handed to the agent as a descriptor.
-            let _ = std::fs::remove_file(&agent_sock);
-            let join = match cgroup::create(&name, &limits) {
-                Ok(cgroup::Placement::Enforced(cg)) => {
-                    let fds = cg.join_fds().as_slice().to_vec();
-                    *lock(&cg_slot) = Some(cg);
-                    fds
-                }
-                Ok(cgroup::Placement::Unenforced { why }) => {
-                    tracing::info!("sandbox limits unenforced: {why}");
-                    Vec::new()
-                }
-                Err(e) => {
-                    tracing::warn!("sandbox limits not set up: {e}");
-                    Vec::new()
-                }
-            };
-            let started = std::os::unix::net::UnixListener::bind(&agent_sock)
-                .map_err(|source| NamespaceError::State {
-                    path: agent_sock.clone(),
-                    source,
-                })
-                .and_then(|l| namespace::spawn(&spec, &l.into(), join));
-            match started {
-                Ok(started) => {
-                    let mut child = started.child;
-                    let output = started.output;
-                    let pumped = std::thread::Builder::new()
-                        .name("cowork-sandbox-log".into())
-                        .stack_size(64 * 1024)
-                        .spawn(move || boxdesk_sandbox::log::pump(output, &log));
-                    let _ = tx.send(Ok(child.id()));
-                    let _ = child.wait();
-                    if let Ok(t) = pumped {
-                        let _ = t.join();
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
+            let ended = sandbox.wait();
+            if let boxdesk_sandbox::running::Ended::Died(why) = ended {
+                if !keeper.ending() {
+                    let tail = super::logged(sandbox.log_tail());
+                    tracing::warn!(
+                        "sandbox {}: {why}; its log ends:\n{tail}",
+                        keeper_name(&keeper)
+                    );
                 }
             }
-            if let Some(cg) = lock(&cg_slot).take() {
-                if let Err(e) = cg.remove() {
-                    tracing::warn!("removing a sandbox's cgroup: {e}");
-                }
-            }
+            // Cowork restarts its sandboxes itself: nothing of an ended
+            // one is kept for `ls` (its log stays in the profile's dir).
+            keeper.end(End::Stop);
             dead.store(true, Ordering::SeqCst);
             died.notify_waiters();
         })
-        .map_err(os("starting a thread"))?;
-    match rx.await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(SandboxError::Gone),
+        .map(drop)
+        .map_err(os("starting a thread"))
+}
+
+type Kept = (
+    Arc<Keeper>,
+    Arc<dyn boxdesk_sandbox::Sandbox>,
+    Option<std::net::TcpListener>,
+);
+
+/// Claims a name, starts the sandbox under it and waits for its agent
+/// (blocking); for a private-network one, also the proxy's listener.
+fn start_kept(
+    starter: &dyn Starter,
+    layout: &Layout,
+    net: SpecNet,
+    naming: &Naming,
+    staged: bool,
+    resources: Resources,
+    filtered: bool,
+) -> Result<Kept, SandboxError> {
+    let (keeper, control) = claim(naming)?;
+    let abandon = |e: SandboxError| {
+        keeper.abandon();
+        e
+    };
+    keeper
+        .serve(control)
+        .map_err(|e| abandon(os("starting a thread")(e)))?;
+    keeper.label("profile", naming.profile.clone());
+    keeper.label("log", naming.log.display().to_string());
+    let spec = spec(layout, &keeper_name(&keeper), net, staged, resources);
+    let sandbox: Arc<dyn boxdesk_sandbox::Sandbox> = starter
+        .start(&spec, &keeper, &naming.log)
+        .map(Arc::from)
+        .map_err(|e| abandon(e.into()))?;
+    keeper.hold(sandbox.clone());
+    sandbox.wait_ready().map_err(|e| abandon(e.into()))?;
+    let listener = if filtered {
+        Some(
+            sandbox
+                .listen_inside(PROXY_PORT)
+                .map_err(|e| abandon(e.into()))?,
+        )
+    } else {
+        None
+    };
+    keeper.ready();
+    Ok((keeper, sandbox, listener))
+}
+
+/// The first free name of [`name_for`], claimed.
+fn claim(naming: &Naming) -> Result<(Arc<Keeper>, std::os::unix::net::UnixListener), SandboxError> {
+    let mut attempt = 1;
+    loop {
+        let name = name_for(&naming.profile, &naming.stem, attempt);
+        match Keeper::claim(&name, false, false, Box::new(|| {})) {
+            Ok(k) => return Ok(k),
+            Err(
+                KeeperError::Lock(LockError::Held(_))
+                | KeeperError::State(StateError::Leftover { .. }),
+            ) if attempt < NAME_TRIES => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
-/// A listener on 127.0.0.1:[`PROXY_PORT`] inside the network namespace of
-/// `pid`, made on a short-lived thread that enters that namespace (a
-/// socket stays in the namespace it was made in).
-fn listen_in_netns(pid: u32) -> Result<tokio::net::TcpListener, SandboxError> {
-    if pid == 0 {
-        return Err(os("finding the agent's pid")(
-            io::ErrorKind::NotFound.into(),
-        ));
-    }
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
-        .map_err(os("opening the sandbox's network namespace"))?;
-    let listener = std::thread::spawn(move || -> io::Result<std::net::TcpListener> {
-        // SAFETY: setns on a valid namespace fd; it changes only this
-        // thread's network namespace, and the thread ends right after.
-        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let l = std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT))?;
-        l.set_nonblocking(true)?;
-        Ok(l)
-    })
-    .join()
-    .map_err(|_| os("entering the sandbox's network namespace")(io::ErrorKind::Other.into()))?
-    .map_err(os("listening in the sandbox's network namespace"))?;
-    tokio::net::TcpListener::from_std(listener).map_err(os("registering the proxy listener"))
+/// The spec of a profile's sandbox: its sessions dir at `/sessions`
+/// (its working directory) and again at `/work`, where `boxdesk exec`
+/// starts a command unless told otherwise, its home mirror at the home
+/// path (its HOME), all writable and following later mounts.
+fn spec(
+    layout: &Layout,
+    name: &str,
+    net: SpecNet,
+    staged: bool,
+    resources: Resources,
+) -> SandboxSpec {
+    let pick = |view: PathBuf, plain: &Path| if staged { view } else { plain.to_owned() };
+    let mut spec = SandboxSpec::new(name);
+    spec.net = net;
+    spec.resources = resources;
+    spec.shares = vec![
+        Share {
+            host: pick(layout.staged_sessions(), &layout.sessions),
+            inside: "/sessions".into(),
+            writable: true,
+            follows_mounts: true,
+        },
+        Share {
+            host: pick(layout.staged_sessions(), &layout.sessions),
+            inside: "/work".into(),
+            writable: true,
+            follows_mounts: true,
+        },
+        Share {
+            host: pick(layout.staged_home(), &layout.home_mirror),
+            inside: layout.home.clone(),
+            writable: true,
+            follows_mounts: true,
+        },
+    ];
+    spec.home = layout.home.clone();
+    spec.cwd = "/sessions".into();
+    spec
 }

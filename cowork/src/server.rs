@@ -26,6 +26,7 @@ use super::methods;
 use super::profile::{Profile, ProfileKey};
 use boxdesk_sandbox::conn::stall::{next_frame, Timed};
 use boxdesk_sandbox::conn::{Admission, MAX_CONNECTIONS};
+use boxdesk_sandbox::keeper::Starter;
 
 /// Turns debug logging on or off.
 pub type DebugSwitch = Box<dyn Fn(bool) + Send + Sync>;
@@ -39,18 +40,20 @@ pub struct Server {
     profiles: Mutex<HashMap<ProfileKey, Arc<Profile>>>,
     last: Mutex<Option<ProfileKey>>,
     debug: DebugSwitch,
+    starter: Arc<dyn Starter>,
 }
 
 impl Server {
     /// A server for user `uid` with home `home`, keeping profiles' data
     /// under `data_root` and their sockets and staged mounts under
-    /// `runtime_root`.
+    /// `runtime_root`, starting sandboxes with `starter`.
     pub fn new(
         uid: u32,
         home: PathBuf,
         data_root: PathBuf,
         runtime_root: PathBuf,
         debug: DebugSwitch,
+        starter: Arc<dyn Starter>,
     ) -> Self {
         Server {
             uid,
@@ -60,6 +63,7 @@ impl Server {
             profiles: Mutex::default(),
             last: Mutex::default(),
             debug,
+            starter,
         }
     }
 
@@ -93,6 +97,7 @@ impl Server {
                     &self.data_root,
                     &self.runtime_root,
                     &self.home,
+                    self.starter.clone(),
                 ))
             })
             .clone()

@@ -25,7 +25,7 @@ use boxdesk_platform::{dirs, socket, DirError, NameError, SandboxPaths, SocketEr
 
 use crate::control::{self, protocol::PROTO_VERSION, Controlled};
 use crate::lock::{LockError, NameLock};
-use crate::running::{Sandbox, SandboxSpec, STOP_GRACE};
+use crate::running::{Sandbox, SandboxSpec, StartError, STOP_GRACE};
 use crate::state::{Owner, StateDir, StateError};
 
 /// Why a name could not be claimed.
@@ -46,6 +46,26 @@ pub enum KeeperError {
     /// The state dir could not be prepared.
     #[error(transparent)]
     State(#[from] StateError),
+}
+
+/// What starts a kept sandbox on the backend its owner's binary chose
+/// (cowork is handed one: it never picks a backend itself).
+pub trait Starter: Send + Sync + std::fmt::Debug {
+    /// Starts the sandbox of `spec` under `keeper`'s claim (its agent
+    /// socket and hybrid socket go where the claim's paths say), what it
+    /// prints to `log` (an owner that keeps its logs elsewhere than the
+    /// claim's `<name>.log`); returns once it is started, before its agent
+    /// answers.
+    fn start(
+        &self,
+        spec: &SandboxSpec,
+        keeper: &Keeper,
+        log: &std::path::Path,
+    ) -> Result<Box<dyn Sandbox>, StartError>;
+
+    /// Who root inside this backend's sandboxes is on the host: whom a
+    /// host dir shared writable must belong to.
+    fn inside_owner(&self) -> Owner;
 }
 
 /// How a kept sandbox ends.

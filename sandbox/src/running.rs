@@ -28,6 +28,10 @@ use std::time::Duration;
 use crate::state::StateDir;
 use crate::{DEFAULT_PIDS, DEFAULT_TMP_BYTES};
 
+/// The `PATH` the agent runs with and gives its execs by default, on
+/// every backend (the agent is the same program in each).
+pub const AGENT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// How long a sandbox may take to end after its agent was asked to shut
 /// down before it is killed (and how long a killed one may take to go).
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -88,6 +92,11 @@ pub struct Share {
     pub inside: PathBuf,
     /// Whether the sandbox may write to it.
     pub writable: bool,
+    /// Whether what is mounted beneath `host` later, while the sandbox
+    /// runs, appears inside too (a folder attached to a running cowork
+    /// sandbox). A backend that cannot follow the host's mounts refuses
+    /// the share rather than start without them.
+    pub follows_mounts: bool,
 }
 
 /// What the sandbox's `/` is.
@@ -243,6 +252,11 @@ pub enum StartError {
     },
 }
 
+/// What a backend cannot do (inside [`StartError::Backend`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unsupported(pub String);
+
 impl StartError {
     /// A backend's own error.
     pub fn backend(e: impl std::error::Error + Send + Sync + 'static) -> Self {
@@ -261,6 +275,33 @@ pub trait Sandbox: Send + Sync {
 
     /// How a client reaches the agent.
     fn agent(&self) -> AgentAddress;
+
+    /// How the process holding the sandbox reaches the agent: where the
+    /// backend has a shorter way for its owner than [`Sandbox::agent`]
+    /// (a namespace sandbox's own agent socket, without the forwarding of
+    /// the hybrid socket in front of it), that one.
+    fn owner_agent(&self) -> AgentAddress {
+        self.agent()
+    }
+
+    /// A listener that accepts, in the owner's process, the TCP
+    /// connections made inside the sandbox to `127.0.0.1:port` (how a
+    /// sandbox without a network gets one way out the owner controls, such
+    /// as a filtering proxy). Call it once the sandbox is ready. A backend
+    /// that cannot relay such connections refuses.
+    fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, StartError> {
+        Err(StartError::backend(Unsupported(format!(
+            "the {} backend cannot relay connections to 127.0.0.1:{port} inside a sandbox",
+            self.info().backend
+        ))))
+    }
+
+    /// Processes killed inside for want of memory so far, where the
+    /// backend counts them (a namespace sandbox whose limits a cgroup
+    /// enforces).
+    fn oom_kills(&self) -> Option<u64> {
+        None
+    }
 
     /// What `info` says of it now.
     fn info(&self) -> Info;

@@ -59,11 +59,19 @@ pub fn cowork(socket: PathBuf) -> i32 {
         let _ = handle.modify(|f| *f = level);
         tracing::info!("debug logging {}", if on { "on" } else { "off" });
     });
-    if let Err(e) = cowork_backend() {
-        eprintln!("boxdesk cowork: {e:#}");
-        return EXIT_BOXDESK;
-    }
-    match boxdesk_cowork::main(boxdesk_cowork::Options { socket, debug }) {
+    let starter = match cowork_backend() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("boxdesk cowork: {e:#}");
+            return EXIT_BOXDESK;
+        }
+    };
+    let opts = boxdesk_cowork::Options {
+        socket,
+        debug,
+        starter,
+    };
+    match boxdesk_cowork::main(opts) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("boxdesk cowork: {e}");
@@ -72,20 +80,23 @@ pub fn cowork(socket: PathBuf) -> i32 {
     }
 }
 
-/// Refuses a `BOXDESK_BACKEND` cowork cannot use: its sandboxes need host
-/// folders, which only the namespace backend shares today (a VM needs
-/// virtio-fs), so `auto` and `namespace` pass and `kvm`/`hvf` are refused
-/// with that reason; an unknown word is refused as for `run`. Unset, empty
-/// or not UTF-8 means `auto`.
+/// The starter of cowork's sandboxes, from `BOXDESK_BACKEND` parsed as for
+/// `run`. Its sandboxes need host folders, which only the namespace backend
+/// shares today (a VM needs virtio-fs), so `auto` and `namespace` start
+/// namespace sandboxes and `kvm`/`hvf` are refused with that reason; an
+/// unknown word is refused as for `run`. Unset, empty or not UTF-8 means
+/// `auto`.
 #[cfg(target_os = "linux")]
-fn cowork_backend() -> anyhow::Result<()> {
+fn cowork_backend() -> anyhow::Result<std::sync::Arc<dyn boxdesk_sandbox::keeper::Starter>> {
     use crate::backend::Backend;
     let backend = match std::env::var("BOXDESK_BACKEND") {
         Ok(w) if !w.is_empty() => w.parse::<Backend>()?,
         _ => Backend::Auto,
     };
     match backend {
-        Backend::Auto | Backend::Namespace => Ok(()),
+        Backend::Auto | Backend::Namespace => Ok(std::sync::Arc::new(
+            boxdesk_sandbox::namespace::running::NamespaceStarter,
+        )),
         vm => anyhow::bail!("cowork runs on the namespace backend: the {vm} backend cannot share host folders with a VM yet (no virtio-fs); unset BOXDESK_BACKEND or set it to namespace"),
     }
 }

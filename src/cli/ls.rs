@@ -19,7 +19,7 @@ use boxdesk_sandbox::state::{Leftover, StateDir};
 use super::run::STOP_WAIT;
 
 /// The table's columns and the info keys behind them.
-const COLUMNS: [(&str, &str); 7] = [
+const COLUMNS: [(&str, &str); 8] = [
     ("NAME", "name"),
     ("BACKEND", "backend"),
     ("ISOLATION", "isolation"),
@@ -27,6 +27,7 @@ const COLUMNS: [(&str, &str); 7] = [
     ("CPUS", "vcpus"),
     ("MEM", "mem_mib"),
     ("UPTIME", "uptime_ms"),
+    ("PROFILE", "profile"),
 ];
 
 /// Info keys printed as JSON numbers.
@@ -224,8 +225,10 @@ pub fn info(name: &str) -> anyhow::Result<i32> {
 
 /// `boxdesk stop NAME`: returns once the helper has exited; after
 /// [`STOP_WAIT`] it is killed, also when it never answers the request. A
-/// dead sandbox (state dir, no helper) has its state removed; a `--keep`
-/// one keeps it.
+/// keeper that outlives its sandbox (cowork holds several) is done when it
+/// has released the name: then it is left running once [`OUTLIVES`] has
+/// passed. A dead sandbox (state dir, no helper) has its state removed; a
+/// `--keep` one keeps it.
 pub fn stop(name: &str) -> anyhow::Result<i32> {
     let (runtime, paths) = super::sandbox_paths(name)?;
     let mut client = match ControlClient::connect(&paths.sock, name) {
@@ -256,7 +259,14 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
         Err(e) => return Err(e.into()),
     }
     if let (Some(pid), Some(started)) = (pid, started) {
+        let mut released: Option<Instant> = None;
         while alive(pid, started) {
+            if released.is_none() && !NameLock::is_held(&runtime, name) {
+                released = Some(Instant::now());
+            }
+            if released.is_some_and(|t| t.elapsed() > OUTLIVES) {
+                break;
+            }
             if Instant::now() > deadline {
                 tracing::warn!(
                     "helper {pid} of {name} still running after {STOP_WAIT:?}; killing it"
@@ -282,6 +292,10 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
     let _ = socket::clear_if_stale(&paths.agent);
     Ok(0)
 }
+
+/// How long a keeper that released the name may take to exit before it
+/// counts as one that outlives its sandbox (a helper exits at once).
+const OUTLIVES: Duration = Duration::from_millis(200);
 
 /// A helper's clean-up done for it: the state dir (unless `--keep`), the
 /// log, stale sockets.
@@ -340,6 +354,23 @@ mod tests {
     }
 
     #[test]
+    fn a_cowork_sandbox_shows_its_profile_in_the_table_and_in_json() {
+        let row: Vec<(String, String)> = [("name", "cowork-1-p"), ("profile", "Claude")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let t = table(std::slice::from_ref(&row));
+        let line = t.lines().nth(1).unwrap();
+        assert!(t.starts_with("NAME"), "{t}");
+        assert!(
+            line.starts_with("cowork-1-p") && line.ends_with("  Claude"),
+            "{t}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&to_json(&[row])).unwrap();
+        assert_eq!(j[0]["profile"], "Claude");
+    }
+
+    #[test]
     fn the_table_has_a_header_and_one_aligned_row_per_sandbox() {
         let row: Vec<(String, String)> = [
             ("name", "a"),
@@ -356,8 +387,8 @@ mod tests {
         let t = table(std::slice::from_ref(&row));
         assert_eq!(
             t,
-            "NAME  BACKEND    ISOLATION   STATE    CPUS  MEM   UPTIME\n\
-             a     namespace  namespaces  running  2     512M  1m01s\n"
+            "NAME  BACKEND    ISOLATION   STATE    CPUS  MEM   UPTIME  PROFILE\n\
+             a     namespace  namespaces  running  2     512M  1m01s   -\n"
         );
         let j: serde_json::Value = serde_json::from_str(&to_json(&[row])).unwrap();
         assert_eq!(j[0]["vcpus"], 2);

@@ -5,6 +5,7 @@
 //! dirs; the whole module runs again as an unprivileged user in CI.
 
 mod client;
+mod kept;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -158,9 +158,9 @@ fn environment(
         Some(sdk) => format!(
             "{}:{}",
             sdk.dir.display(),
-            boxdesk_sandbox::namespace::PATH_INSIDE
+            boxdesk_sandbox::running::AGENT_PATH
         ),
-        None => boxdesk_sandbox::namespace::PATH_INSIDE.to_owned(),
+        None => boxdesk_sandbox::running::AGENT_PATH.to_owned(),
     };
     set("PATH", &path);
     set("HOME", home);

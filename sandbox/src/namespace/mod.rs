@@ -47,7 +47,7 @@ pub use ids::IdMap;
 /// Where the boxdesk binary is bound, inside the sandbox.
 pub const EXE_INSIDE: &str = "/run/boxdesk-exe/boxdesk";
 /// The `PATH` of the agent (its execs get the same default from the agent).
-pub const PATH_INSIDE: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const PATH_INSIDE: &str = crate::running::AGENT_PATH;
 /// The descriptor the agent finds its listening socket on.
 pub const LISTEN_FD: RawFd = 3;
 /// The first descriptor bwrap reads a seccomp program from.

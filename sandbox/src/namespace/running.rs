@@ -42,6 +42,7 @@ use std::process::Child;
 use super::{NamespaceError, Spec};
 use crate::cgroup::{self, CgroupError};
 use crate::forward::{self, AgentAddr};
+use crate::keeper::{Keeper, Starter};
 use crate::log;
 use crate::running::{
     AgentAddress, Ended, Info, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
@@ -500,6 +501,18 @@ impl Sandbox for NamespaceSandbox {
         }
     }
 
+    fn owner_agent(&self) -> AgentAddress {
+        AgentAddress::Unix(self.inner.agent.path().to_owned())
+    }
+
+    fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, StartError> {
+        listen_in_netns(self.inner.pid, port).map_err(StartError::backend)
+    }
+
+    fn oom_kills(&self) -> Option<u64> {
+        NamespaceSandbox::oom_kills(self)
+    }
+
     fn info(&self) -> Info {
         Info {
             backend: "namespace",
@@ -558,6 +571,59 @@ impl Sandbox for NamespaceSandbox {
 
     fn log_tail(&self) -> String {
         log::tail(&self.inner.log)
+    }
+}
+
+/// A listener on 127.0.0.1:`port` inside the network namespace of the
+/// agent (bwrap `pid`'s one child, PID 1 of the sandbox), made on a
+/// short-lived thread that enters that namespace: a socket stays in the
+/// namespace it was made in. Non-blocking, for an async owner.
+fn listen_in_netns(pid: u32, port: u16) -> Result<std::net::TcpListener, RunError> {
+    let agent: u32 = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()
+        .and_then(|c| c.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| os("finding the agent's pid")(io::ErrorKind::NotFound.into()))?;
+    let ns = fs::File::open(format!("/proc/{agent}/ns/net"))
+        .map_err(os("opening the sandbox's network namespace"))?;
+    let listener = std::thread::spawn(move || -> io::Result<std::net::TcpListener> {
+        // Only this thread changes namespace, and it ends right after.
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        let l = std::net::TcpListener::bind(("127.0.0.1", port))?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    })
+    .join()
+    .map_err(|_| os("entering the sandbox's network namespace")(io::ErrorKind::Other.into()))?;
+    listener.map_err(os("listening in the sandbox's network namespace"))
+}
+
+/// The namespace backend's [`Starter`]: a kept sandbox's agent socket in
+/// its state dir (never inside the sandbox), its `<name>.agent` forwarded
+/// to it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NamespaceStarter;
+
+impl Starter for NamespaceStarter {
+    fn start(
+        &self,
+        spec: &SandboxSpec,
+        keeper: &Keeper,
+        log: &std::path::Path,
+    ) -> Result<Box<dyn Sandbox>, StartError> {
+        let places = Places {
+            agent_sock: keeper.state().agent_sock(),
+            front: Some(keeper.paths().agent.clone()),
+            log: log.to_owned(),
+        };
+        Ok(Box::new(NamespaceSandbox::start(spec, places)?))
+    }
+
+    fn inside_owner(&self) -> Owner {
+        let ids = super::IdMap::for_this_process();
+        Owner {
+            uid: ids.uid,
+            gid: ids.gid,
+        }
     }
 }
 
