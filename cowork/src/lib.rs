@@ -6,7 +6,7 @@
 //! Module map: [`envelope`] (framing, envelopes) → [`server`] (socket,
 //! the three connection modes) → [`methods`] (the method table and every
 //! method) → [`profile`] (per-profile state, VM lifecycle) → [`sandbox`]
-//! (long-lived namespace sandboxes, agent sessions) and [`process`] (the
+//! (long-lived sandboxes, each kept like any other, and agent sessions) and [`process`] (the
 //! process table; one process = one channel session; events via [`utf8`]
 //! and [`json`] into [`events`], signals named by [`signals`]).
 //! [`names`] is the one check of a session or mount name, [`mounts`]
@@ -16,10 +16,11 @@
 //! directories (0700; logs are `boxdesk_sandbox::log`'s). Every value a peer chose goes
 //! through [`logged`] before it reaches a log line.
 //!
-//! Backend: which backend may run cowork's sandboxes is the `boxdesk`
-//! binary's decision, made before it calls [`main`] (COWORK.md's `auto` is
-//! the namespace backend until VMs can share host folders, so it refuses
-//! `BOXDESK_BACKEND=kvm|hvf`). This crate builds on `boxdesk-sandbox` and
+//! Backend: which backend runs cowork's sandboxes is the `boxdesk`
+//! binary's decision, made before it calls [`main`] and handed over as
+//! [`Options::starter`] (COWORK.md's `auto` is the namespace backend until
+//! VMs can share host folders, so it refuses `BOXDESK_BACKEND=kvm|hvf`);
+//! nothing here names a backend. This crate builds on `boxdesk-sandbox` and
 //! `boxdesk-channel` and must never depend on `boxdesk-hv`,
 //! `boxdesk-devices` or `boxdesk-vmm` (`cargo tree -p boxdesk-cowork`
 //! shows none of them).

@@ -55,9 +55,10 @@ pub enum SandboxError {
     /// The sandbox is gone.
     #[error("the sandbox is not running")]
     Gone,
-    /// The sandbox's agent is reached in a way cowork does not speak.
-    #[error("the sandbox's agent is not on a plain Unix socket")]
-    Unreachable,
+    /// The hybrid socket in front of the agent refused or garbled the
+    /// `CONNECT` line.
+    #[error("the agent's socket answered CONNECT with: {0}")]
+    Refused(String),
     /// The agent refused or dropped the channel.
     #[error("agent channel: {0}")]
     Channel(#[from] boxdesk_channel::ChannelError),
@@ -150,7 +151,7 @@ pub struct Sandbox {
     name: String,
     sandbox: Arc<dyn boxdesk_sandbox::Sandbox>,
     keeper: Arc<Keeper>,
-    agent: PathBuf,
+    agent: AgentAddress,
     dead: Arc<AtomicBool>,
     died: Arc<Notify>,
     pool: Mutex<Vec<UnixStream>>,
@@ -192,13 +193,7 @@ impl Sandbox {
         })
         .await
         .map_err(|_| SandboxError::Gone)??;
-        let agent = match sandbox.owner_agent() {
-            AgentAddress::Unix(path) => path,
-            AgentAddress::Hybrid { .. } => {
-                end_kept(keeper, sandbox).await;
-                return Err(SandboxError::Unreachable);
-            }
-        };
+        let agent = sandbox.owner_agent();
         let dead = Arc::new(AtomicBool::new(false));
         let died = Arc::new(Notify::new());
         watch(&keeper, &sandbox, &dead, &died)?;
@@ -227,7 +222,7 @@ impl Sandbox {
         Ok(sb)
     }
 
-    /// Its name, as `boxdesk ls` shows it.
+    /// Its name, as `boxdesk ls` shows it ([`name_for`]).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -295,15 +290,22 @@ impl Sandbox {
     }
 
     async fn connect(&self) -> Result<UnixStream, SandboxError> {
-        let mut s = UnixStream::connect(&self.agent)
+        let (path, port) = match &self.agent {
+            AgentAddress::Unix(path) => (path, None),
+            AgentAddress::Hybrid { path, port } => (path, Some(*port)),
+        };
+        let mut s = UnixStream::connect(path)
             .await
             .map_err(os("connecting to the agent"))?;
-        tokio::time::timeout(
-            boxdesk_channel::session::HANDSHAKE_TIMEOUT,
-            handshake(&mut s),
-        )
-        .await
-        .map_err(|_| os("the agent handshake")(io::ErrorKind::TimedOut.into()))??;
+        let opened = async {
+            if let Some(port) = port {
+                hybrid_connect(&mut s, port).await?;
+            }
+            handshake(&mut s).await.map_err(SandboxError::from)
+        };
+        tokio::time::timeout(boxdesk_channel::session::HANDSHAKE_TIMEOUT, opened)
+            .await
+            .map_err(|_| os("the agent handshake")(io::ErrorKind::TimedOut.into()))??;
         Ok(s)
     }
 
@@ -324,6 +326,27 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         if let Some(p) = &self.proxy {
             p.abort();
+        }
+    }
+}
+
+/// `CONNECT <port>` on a hybrid socket and its `OK` line, read a byte at
+/// a time so nothing of the stream after it is taken.
+async fn hybrid_connect(s: &mut UnixStream, port: u32) -> Result<(), SandboxError> {
+    use boxdesk_channel::hybrid::{self, Reply};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(hybrid::request(port).as_bytes())
+        .await
+        .map_err(os("writing CONNECT"))?;
+    let mut line = Vec::with_capacity(16);
+    loop {
+        let b = s.read_u8().await.map_err(os("reading CONNECT's answer"))?;
+        line.push(b);
+        match hybrid::scan_reply(&line) {
+            Reply::Partial => {}
+            Reply::Ok { .. } => return Ok(()),
+            Reply::Err(why) => return Err(SandboxError::Refused(why.to_owned())),
+            Reply::Malformed(e) => return Err(SandboxError::Refused(e.to_string())),
         }
     }
 }
@@ -487,4 +510,27 @@ fn spec(
     spec.home = layout.home.clone();
     spec.cwd = "/sessions".into();
     spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profiles_sandbox_is_named_after_this_server_and_the_profiles_safe_characters() {
+        let pid = std::process::id();
+        assert_eq!(name_for("Claude", "", 1), format!("cowork-{pid}-Claude"));
+        assert_eq!(
+            name_for("Claude", "-net3", 1),
+            format!("cowork-{pid}-Claude-net3")
+        );
+        assert_eq!(name_for("Claude", "", 2), format!("cowork-{pid}-Claude-2"));
+        assert_eq!(name_for("../é x", "", 1), format!("cowork-{pid}-x"));
+        assert_eq!(name_for("//", "", 1), format!("cowork-{pid}-profile"));
+        let long = name_for(&"a".repeat(200), "-net4294967295", NAME_TRIES);
+        assert!(
+            boxdesk_platform::names::validate_name(&long).is_ok(),
+            "{long}"
+        );
+    }
 }

@@ -3,7 +3,8 @@
 //! and, once started, the sandbox itself as a `dyn` [`Sandbox`]; it answers
 //! the control socket (`info`, `stop`) and ends the sandbox by the one
 //! state-dir rule ([`End`]). The helper process (`boxdesk __vmm`) is a
-//! keeper plus signals; cowork can keep its sandboxes the same way.
+//! keeper plus signals; cowork keeps each of its sandboxes with one, in
+//! its own process, started by the [`Starter`] its binary hands it.
 //!
 //! Lifecycle: [`Keeper::claim`] (lock, socket, state dir) → [`Keeper::serve`]
 //! (the control socket answers, `state starting`) → [`Keeper::hold`] the

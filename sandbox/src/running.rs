@@ -343,6 +343,51 @@ mod tests {
         assert_eq!(spec.resources.pids, DEFAULT_PIDS);
     }
 
+    /// A backend that implements only what every backend must.
+    struct Bare;
+
+    impl Sandbox for Bare {
+        fn wait_ready(&self) -> Result<(), StartError> {
+            Ok(())
+        }
+        fn agent(&self) -> AgentAddress {
+            AgentAddress::Hybrid {
+                path: "/b.agent".into(),
+                port: 1024,
+            }
+        }
+        fn info(&self) -> Info {
+            Info {
+                backend: "bare",
+                isolation: "vm",
+                channel: "vsock",
+                net: "none",
+                rootfs: "initramfs".into(),
+                ready_key: "boot_ms",
+                more: Vec::new(),
+            }
+        }
+        fn stop(&self, _: Duration) {}
+        fn kill(&self) {}
+        fn wait(&self) -> Ended {
+            Ended::Stopped
+        }
+        fn log_tail(&self) -> String {
+            String::new()
+        }
+    }
+
+    #[test]
+    fn a_backend_without_relays_refuses_to_listen_inside_and_its_owner_uses_the_common_address() {
+        let e = Bare.listen_inside(3128).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the bare backend cannot relay connections to 127.0.0.1:3128 inside a sandbox"
+        );
+        assert_eq!(Bare.owner_agent(), Bare.agent());
+        assert_eq!(Bare.oom_kills(), None);
+    }
+
     #[test]
     fn a_start_error_of_a_backend_says_only_what_the_backend_said() {
         let e = StartError::backend(std::io::Error::other("no bwrap here"));

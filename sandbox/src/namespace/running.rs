@@ -331,7 +331,9 @@ fn keep(
     }
 }
 
-/// The bwrap spec of `spec`.
+/// The bwrap spec of `spec`. Every share follows the host's later mounts
+/// ([`Share::follows_mounts`]) whether asked or not: bwrap's binds are
+/// recursive, in a mount namespace whose mounts are slaves of ours.
 fn namespace_spec(spec: &SandboxSpec) -> Result<Spec, RunError> {
     let mut ns = Spec::new(&spec.name)?;
     ns.net = spec.net == Net::Host;
@@ -675,6 +677,17 @@ mod tests {
         let info = sb.info();
         assert_eq!((info.backend, info.isolation), ("namespace", "namespaces"));
         assert!(info.more.iter().any(|(k, _)| *k == "sandbox_pid"));
+    }
+
+    #[test]
+    fn the_starter_hands_shared_dirs_to_us_as_a_user_and_never_to_root_as_root() {
+        let owner = NamespaceStarter.inside_owner();
+        if boxdesk_platform::euid() == 0 {
+            assert_ne!(owner.uid, 0, "a root-started sandbox is never root outside");
+            assert_ne!(owner.gid, 0);
+        } else {
+            assert_eq!((owner.uid, owner.gid), (Owner::us().uid, Owner::us().gid));
+        }
     }
 
     #[test]
