@@ -18,7 +18,8 @@ use boxdesk_sandbox::state::{Leftover, StateDir};
 
 use super::run::STOP_WAIT;
 
-/// The table's columns and the info keys behind them.
+/// The table's columns and the info keys behind them; the last,
+/// `PROFILE` (a cowork sandbox's), only when some row has one.
 const COLUMNS: [(&str, &str); 8] = [
     ("NAME", "name"),
     ("BACKEND", "backend"),
@@ -160,10 +161,12 @@ fn to_json(rows: &[Vec<(String, String)>]) -> String {
 }
 
 fn table(rows: &[Vec<(String, String)>]) -> String {
+    let profiles = rows.iter().any(|r| get(r, "profile").is_some());
+    let columns = &COLUMNS[..COLUMNS.len() - usize::from(!profiles)];
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
-            COLUMNS
+            columns
                 .iter()
                 .map(|(_, key)| {
                     let v = get(row, key).unwrap_or("-");
@@ -176,7 +179,7 @@ fn table(rows: &[Vec<(String, String)>]) -> String {
                 .collect()
         })
         .collect();
-    let mut widths: Vec<usize> = COLUMNS.iter().map(|(h, _)| h.len()).collect();
+    let mut widths: Vec<usize> = columns.iter().map(|(h, _)| h.len()).collect();
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.len());
@@ -192,7 +195,7 @@ fn table(rows: &[Vec<(String, String)>]) -> String {
         s.push('\n');
         s
     };
-    let mut out = line(&mut COLUMNS.iter().map(|(h, _)| *h));
+    let mut out = line(&mut columns.iter().map(|(h, _)| *h));
     for row in &cells {
         out.push_str(&line(&mut row.iter().map(String::as_str)));
     }
@@ -387,8 +390,8 @@ mod tests {
         let t = table(std::slice::from_ref(&row));
         assert_eq!(
             t,
-            "NAME  BACKEND    ISOLATION   STATE    CPUS  MEM   UPTIME  PROFILE\n\
-             a     namespace  namespaces  running  2     512M  1m01s   -\n"
+            "NAME  BACKEND    ISOLATION   STATE    CPUS  MEM   UPTIME\n\
+             a     namespace  namespaces  running  2     512M  1m01s\n"
         );
         let j: serde_json::Value = serde_json::from_str(&to_json(&[row])).unwrap();
         assert_eq!(j[0]["vcpus"], 2);
