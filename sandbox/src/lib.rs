@@ -1,6 +1,11 @@
 //! boxdesk-sandbox: a sandbox's life on the host, whatever backs it, and
 //! the namespace backend.
 //!
+//! * [`running`] — the [`Sandbox`] trait every backend implements (the
+//!   namespace backend's here, the VM's in `boxdesk-vmm`) and the
+//!   [`running::SandboxSpec`] they start from.
+//! * [`keeper`] — the name's lock, control socket and state dir around
+//!   one `dyn Sandbox`: what makes a sandbox one `boxdesk ls` lists.
 //! * [`state`], [`lock`], [`log`] — the per-sandbox state dir and its
 //!   removal, the one-helper-per-name `flock`, and `<name>.log` (the one
 //!   log opener: 0600, no symlink, ours; capped and rotated; its tail).
@@ -19,8 +24,8 @@
 //!
 //! This crate knows no hypervisor and no VMM: it must never depend on
 //! `boxdesk-hv`, `boxdesk-devices` or `boxdesk-vmm`, so cowork can build on
-//! it alone. Which backend runs a sandbox, and the helper process that owns
-//! one, are the `boxdesk` binary's.
+//! it alone. Which backend runs a sandbox, and the helper process around a
+//! [`keeper::Keeper`], are the `boxdesk` binary's.
 
 #![deny(missing_docs)]
 
@@ -30,13 +35,17 @@ pub mod client;
 pub mod conn;
 pub mod control;
 pub mod forward;
+pub mod keeper;
 pub mod lock;
 pub mod log;
 #[cfg(target_os = "linux")]
 pub mod namespace;
+pub mod running;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod state;
+
+pub use running::Sandbox;
 
 /// Default cap on a namespace sandbox's processes and threads (`--pids`).
 pub const DEFAULT_PIDS: u64 = 4096;

@@ -95,6 +95,19 @@ pub struct Owner {
     pub gid: u32,
 }
 
+impl Owner {
+    /// This process's uid and gid.
+    pub fn us() -> Self {
+        // SAFETY: getuid/getgid cannot fail and touch no memory of ours.
+        unsafe {
+            Owner {
+                uid: libc::getuid(),
+                gid: libc::getgid(),
+            }
+        }
+    }
+}
+
 impl StateDir {
     /// Creates the state dir of `name` under the private boxdesk state root,
     /// with `root/`, `work/` and `results/` inside owned by `owner`. A dir
@@ -131,12 +144,8 @@ impl StateDir {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && is_real_dir(&path) => {}
                 Err(e) => return Err(io_err(&path)(e)),
             }
-            let meta = fs::symlink_metadata(&path).map_err(io_err(&path))?;
-            if (meta.uid(), meta.gid()) != (owner.uid, owner.gid) {
-                std::os::unix::fs::lchown(&path, Some(owner.uid), Some(owner.gid))
-                    .map_err(io_err(&path))?;
-            }
         }
+        s.hand_to(owner)?;
         for marker in [ENDED_MARKER, STOPPED_MARKER] {
             remove_file_if_there(&s.dir.join(marker)).map_err(io_err(&s.dir))?;
         }
@@ -148,6 +157,23 @@ impl StateDir {
         };
         marked.map_err(io_err(&marker))?;
         Ok(s)
+    }
+
+    /// Makes `owner` the owner of `root/`, `work/` and `results/` (not of
+    /// what is in them), where it is not already; never through a symlink.
+    pub fn hand_to(&self, owner: Owner) -> Result<(), StateError> {
+        for path in [self.root(), self.work(), self.results()] {
+            let io_err = |source| StateError::Dir {
+                path: path.clone(),
+                source,
+            };
+            let meta = fs::symlink_metadata(&path).map_err(io_err)?;
+            if (meta.uid(), meta.gid()) != (owner.uid, owner.gid) {
+                std::os::unix::fs::lchown(&path, Some(owner.uid), Some(owner.gid))
+                    .map_err(io_err)?;
+            }
+        }
+        Ok(())
     }
 
     /// The state dir of `name` if it is there.

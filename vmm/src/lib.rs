@@ -15,6 +15,7 @@
 pub mod arch;
 pub mod image;
 mod irq;
+pub mod sandbox;
 mod vcpu;
 
 use boxdesk_platform::sync::lock;

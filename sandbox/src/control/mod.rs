@@ -10,4 +10,4 @@ pub mod protocol;
 pub mod server;
 
 pub use client::{ClientError, ControlClient};
-pub use server::Sandbox;
+pub use server::Controlled;

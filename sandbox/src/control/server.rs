@@ -1,7 +1,8 @@
 //! Serving the control socket: a lobby thread ([`crate::conn::lobby`])
 //! holds each new connection until its first request line is complete,
 //! then the connection gets a blocking thread of its own that reads
-//! request lines and answers them from a [`Sandbox`].
+//! request lines and answers them from a [`Controlled`] (a
+//! [`crate::keeper::Keeper`], which holds one running [`crate::Sandbox`]).
 //!
 //! This module owns the per-connection rules of DESIGN.md's "Host control
 //! socket": peers of another uid are refused, a bad line ends only its own
@@ -60,8 +61,9 @@ const RULES: Rules = Rules {
     foreign: FOREIGN.as_bytes(),
 };
 
-/// What the control socket reports on and acts on.
-pub trait Sandbox: Send + Sync + 'static {
+/// What the control socket reports on and acts on: the keeper of one
+/// sandbox (its `info` pairs, its teardown).
+pub trait Controlled: Send + Sync + 'static {
     /// The `key value` pairs of an `info` reply, in order.
     fn info(&self) -> Vec<(&'static str, String)>;
     /// Starts tearing the sandbox down. Called after `ok` was written; may
@@ -72,7 +74,7 @@ pub trait Sandbox: Send + Sync + 'static {
 /// Accepts connections forever: each, once its first line is in, on a
 /// thread of its own. Returns only when `accept` fails in a way that will
 /// not get better.
-pub fn serve(listener: UnixListener, sandbox: Arc<dyn Sandbox>) -> io::Error {
+pub fn serve(listener: UnixListener, sandbox: Arc<dyn Controlled>) -> io::Error {
     let admission = Admission::new("control socket", MAX_CONNECTIONS);
     let flood = Arc::clone(&admission);
     lobby::serve(listener, &RULES, &admission, move |a: Admitted| {
@@ -110,7 +112,7 @@ pub(crate) fn transient(e: &io::Error) -> bool {
 
 /// Serves one connection until the peer closes, a line is refused, or a
 /// write fails. Errors end this connection only.
-pub fn handle(stream: UnixStream, sandbox: &dyn Sandbox) {
+pub fn handle(stream: UnixStream, sandbox: &dyn Controlled) {
     if let Err(e) = ensure_same_uid(&stream) {
         tracing::warn!("control: refused a peer: {e}");
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
@@ -123,7 +125,7 @@ pub fn handle(stream: UnixStream, sandbox: &dyn Sandbox) {
 
 /// [`handle`] for a peer already checked, `first` being what it sent so
 /// far.
-fn converse(mut stream: UnixStream, first: &[u8], sandbox: &dyn Sandbox) {
+fn converse(mut stream: UnixStream, first: &[u8], sandbox: &dyn Controlled) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut lines = LineBuffer::new();
     lines.push(first);
@@ -215,7 +217,7 @@ enum Step {
     Close,
 }
 
-fn answer(stream: &mut UnixStream, line: &[u8], sandbox: &dyn Sandbox) -> Step {
+fn answer(stream: &mut UnixStream, line: &[u8], sandbox: &dyn Controlled) -> Step {
     let request = match Request::parse(line) {
         Ok(request) => request,
         Err(e) => {
@@ -251,7 +253,7 @@ mod tests {
         stops: AtomicUsize,
     }
 
-    impl Sandbox for Fake {
+    impl Controlled for Fake {
         fn info(&self) -> Vec<(&'static str, String)> {
             vec![("proto", "1".into()), ("name", "t".into())]
         }

@@ -28,6 +28,7 @@
 
 pub mod child;
 pub mod ids;
+pub mod running;
 
 use std::ffi::OsString;
 use std::fs::{self, File};

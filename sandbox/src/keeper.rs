@@ -1,0 +1,304 @@
+//! What makes a sandbox one `boxdesk ls` lists: a [`Keeper`] holds its
+//! name (the name's lock), its control socket `<name>.sock`, its state dir,
+//! and, once started, the sandbox itself as a `dyn` [`Sandbox`]; it answers
+//! the control socket (`info`, `stop`) and ends the sandbox by the one
+//! state-dir rule ([`End`]). The helper process (`boxdesk __vmm`) is a
+//! keeper plus signals; cowork can keep its sandboxes the same way.
+//!
+//! Lifecycle: [`Keeper::claim`] (lock, socket, state dir) → [`Keeper::serve`]
+//! (the control socket answers, `state starting`) → [`Keeper::hold`] the
+//! started sandbox → [`Keeper::ready`] (`state running`) → one
+//! [`Keeper::end`] (or [`Keeper::abandon`] after a failed start).
+//!
+//! This module owns the name's claim and the state dir's fate at the end.
+//! It must never name a backend, never remove a socket or state it did not
+//! make, and never let a second end undo what the first is doing.
+
+use std::io;
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use boxdesk_platform::sync::lock;
+use boxdesk_platform::{dirs, socket, DirError, NameError, SandboxPaths, SocketError};
+
+use crate::control::{self, protocol::PROTO_VERSION, Controlled};
+use crate::lock::{LockError, NameLock};
+use crate::running::{Sandbox, SandboxSpec, STOP_GRACE};
+use crate::state::{Owner, StateDir, StateError};
+
+/// Why a name could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum KeeperError {
+    /// The runtime dir is missing, not ours, or not private.
+    #[error(transparent)]
+    RuntimeDir(#[from] DirError),
+    /// The name is not valid, or its socket path too long.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// Another keeper holds the name.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The control socket could not be bound.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// The state dir could not be prepared.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// How a kept sandbox ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// `stop`, a signal, or a guest that powered off: the state dir goes
+    /// (unless kept, then it is marked stopped), and so does the log.
+    Stop,
+    /// The sandbox died on its own: the state dir stays, marked with why,
+    /// for `ls` to show as `dead` and for `stop` to remove.
+    Died(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Starting,
+    Running,
+    Stopping,
+}
+
+/// One claimed name and the sandbox under it.
+pub struct Keeper {
+    name: String,
+    keep: bool,
+    reused: bool,
+    claimed: Instant,
+    paths: SandboxPaths,
+    state: StateDir,
+    phase: Mutex<Phase>,
+    ready_ms: AtomicU64,
+    ending: AtomicBool,
+    lock: Mutex<Option<NameLock>>,
+    sandbox: OnceLock<Arc<dyn Sandbox>>,
+    labels: Mutex<Vec<(&'static str, String)>>,
+    on_stop: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keeper {
+    /// Claims `name`: takes its lock, binds `<name>.sock` (returned, to
+    /// [`Keeper::serve`]) and prepares its state dir (refusing one an
+    /// earlier sandbox left unless `reuse`; marked kept with `keep`).
+    /// `on_stop` runs after a `stop` request's [`Keeper::end`] (the helper
+    /// exits there).
+    pub fn claim(
+        name: &str,
+        keep: bool,
+        reuse: bool,
+        on_stop: Box<dyn Fn() + Send + Sync>,
+    ) -> Result<(Arc<Keeper>, UnixListener), KeeperError> {
+        let claimed = Instant::now();
+        let runtime = dirs::runtime_dir()?;
+        let paths = SandboxPaths::new(&runtime, name)?;
+        let name_lock = NameLock::acquire(&runtime, name)?;
+        let control = socket::bind_exclusive(&paths.sock)?;
+        let prepared = dirs::state_dir()
+            .map_err(StateError::from)
+            .and_then(|root| StateDir::prepare(&root, name, keep, reuse, Owner::us()));
+        let state = match prepared {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_file(&paths.sock);
+                return Err(e.into());
+            }
+        };
+        let keeper = Keeper {
+            name: name.to_owned(),
+            keep,
+            reused: reuse,
+            claimed,
+            paths,
+            state,
+            phase: Mutex::new(Phase::Starting),
+            ready_ms: AtomicU64::new(0),
+            ending: AtomicBool::new(false),
+            lock: Mutex::new(Some(name_lock)),
+            sandbox: OnceLock::new(),
+            labels: Mutex::new(Vec::new()),
+            on_stop,
+        };
+        Ok((Arc::new(keeper), control))
+    }
+
+    /// Answers the control socket `control` (from [`Keeper::claim`]) on a
+    /// thread of its own, for as long as the process lives.
+    pub fn serve(self: &Arc<Self>, control: UnixListener) -> io::Result<()> {
+        let me: Arc<dyn Controlled> = Arc::clone(self) as Arc<dyn Controlled>;
+        std::thread::Builder::new()
+            .name("control-accept".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                let e = control::server::serve(control, me);
+                tracing::error!("control socket: {e}");
+            })
+            .map(drop)
+    }
+
+    /// The name's runtime paths: `<name>.sock`, `<name>.agent`, `<name>.log`.
+    pub fn paths(&self) -> &SandboxPaths {
+        &self.paths
+    }
+
+    /// The name's state dir.
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// The spec of a sandbox over this state dir
+    /// ([`SandboxSpec::for_state`]).
+    pub fn spec(&self) -> SandboxSpec {
+        SandboxSpec::for_state(&self.name, &self.state)
+    }
+
+    /// Adds `key value` pairs to `info` (cowork: its profile).
+    pub fn label(&self, key: &'static str, value: String) {
+        lock(&self.labels).push((key, value));
+    }
+
+    /// Holds the started sandbox: from now on `info` reports it and an end
+    /// stops it. Only the first call counts.
+    pub fn hold(&self, sandbox: Arc<dyn Sandbox>) {
+        let _ = self.sandbox.set(sandbox);
+    }
+
+    /// The sandbox's agent answered: `state running`, and the time from
+    /// the claim to now is its time to ready.
+    pub fn ready(&self) {
+        let ms = self.claimed.elapsed().as_millis().max(1) as u64;
+        self.ready_ms.store(ms, Ordering::Relaxed);
+        *lock(&self.phase) = Phase::Running;
+        tracing::info!("sandbox {} ready in {ms} ms", self.name);
+    }
+
+    /// Whether an end has begun.
+    pub fn ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
+    }
+
+    /// Ends the sandbox: `<name>.sock` goes, the sandbox is stopped (its
+    /// agent asked to shut down, killed after [`STOP_GRACE`]), then the
+    /// state dir follows `end`'s rule and the name is released. Returns
+    /// whether this call did it: `false` when another end (or
+    /// [`Keeper::abandon`]) came first, which may still be running.
+    pub fn end(&self, end: End) -> bool {
+        if self.ending.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        *lock(&self.phase) = Phase::Stopping;
+        tracing::info!("stopping sandbox {}", self.name);
+        let _ = std::fs::remove_file(&self.paths.sock);
+        if let Some(sandbox) = self.sandbox.get() {
+            sandbox.stop(STOP_GRACE);
+        }
+        let t = Instant::now();
+        self.finish_state(&end);
+        tracing::debug!("state clean-up took {:?}", t.elapsed());
+        true
+    }
+
+    /// Undoes the claim after a failed start (the sandbox has undone its
+    /// own part): `<name>.sock` goes, and the state dir unless it was kept
+    /// or reused (not this run's to remove); the log stays, it explains the
+    /// failure. Returns `false`, doing nothing, when an end came first.
+    pub fn abandon(&self) -> bool {
+        if self.ending.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let _ = std::fs::remove_file(&self.paths.sock);
+        if let Some(sandbox) = self.sandbox.get() {
+            sandbox.kill();
+            sandbox.wait();
+        }
+        if !self.keep && !self.reused {
+            let _ = self.state.remove();
+        }
+        if let Some(l) = lock(&self.lock).take() {
+            l.release();
+        }
+        true
+    }
+
+    /// The one rule for the state dir at the end (see [`crate::state`]).
+    fn finish_state(&self, end: &End) {
+        match end {
+            End::Stop if self.keep => self.state.mark_stopped(),
+            End::Stop => {
+                if let Err(e) = self.state.remove() {
+                    tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
+                }
+                let _ = std::fs::remove_file(&self.paths.log);
+                let _ = std::fs::remove_file(crate::log::rotated(&self.paths.log));
+            }
+            End::Died(why) => {
+                tracing::error!(
+                    "{why}; its state stays in {} until `boxdesk stop {}`",
+                    self.state.dir.display(),
+                    self.name
+                );
+                self.state.mark_ended(why);
+            }
+        }
+        if let Some(l) = lock(&self.lock).take() {
+            l.release();
+        }
+    }
+}
+
+impl Controlled for Keeper {
+    fn info(&self) -> Vec<(&'static str, String)> {
+        let phase = match *lock(&self.phase) {
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::Stopping => "stopping",
+        };
+        let info = self.sandbox.get().map(|s| s.info());
+        let mut v = vec![
+            ("proto", PROTO_VERSION.to_string()),
+            ("pid", std::process::id().to_string()),
+        ];
+        if let Some(i) = &info {
+            v.push(("net", i.net.to_owned()));
+            v.push(("rootfs", i.rootfs.clone()));
+            v.push(("channel", i.channel.to_owned()));
+        }
+        v.push(("name", self.name.clone()));
+        if let Some(i) = &info {
+            v.push(("backend", i.backend.to_owned()));
+            v.push(("isolation", i.isolation.to_owned()));
+        }
+        v.push(("arch", std::env::consts::ARCH.to_owned()));
+        v.push(("state", phase.to_owned()));
+        v.push(("uptime_ms", self.claimed.elapsed().as_millis().to_string()));
+        v.extend(lock(&self.labels).iter().cloned());
+        if let Some(i) = info {
+            v.extend(i.more);
+            match self.ready_ms.load(Ordering::Relaxed) {
+                0 => {}
+                ms => v.push((i.ready_key, ms.to_string())),
+            }
+        }
+        v
+    }
+
+    fn stop(&self) {
+        if self.end(End::Stop) {
+            (self.on_stop)();
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! A running VM sandbox: [`VmSandbox`], the VM backend's
+//! [`boxdesk_sandbox::Sandbox`] (`kvm` on Linux, `hvf` on macOS). Its
+//! constructor takes the common [`SandboxSpec`], what only a VM needs
+//! ([`Boot`]: the kernel and initramfs, else the image lookup of
+//! [`crate::image`]) and where its hybrid vsock socket and console log go;
+//! it starts the VM. Readiness is the agent's "guest-agent ready" line on
+//! the console, confirmed by a handshake through the vsock muxer; the end
+//! is how the guest ended ([`VmEnd`]) turned into the reason its owner
+//! records.
+//!
+//! This module owns a VM sandbox's life on the host and its ready timeout.
+//! It must never report anything but a VM (`isolation vm`), and never
+//! remove the hybrid socket while the VM's muxer may still serve it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use boxdesk_channel::{Frame, Session, AGENT_PORT};
+use boxdesk_platform::socket::{self, SocketError, Staleness};
+use boxdesk_sandbox::running::{
+    AgentAddress, Ended, Info, Rootfs, Sandbox, SandboxSpec, StartError,
+};
+
+use crate::image::{self, ImageError};
+use crate::{RunningVm, VmEnd, VmSpec, VmmError};
+
+/// vCPUs of a VM when the spec sets none.
+pub const DEFAULT_VCPUS: u32 = 1;
+/// RAM of a VM in MiB when the spec sets none.
+pub const DEFAULT_MEM_MIB: u32 = 512;
+/// How long a VM's agent may take to answer (a boot under nested TCG in
+/// CI takes seconds).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a VM boots, where it differs from the image lookup.
+#[derive(Debug, Clone, Default)]
+pub struct Boot {
+    /// The kernel, else the image's.
+    pub kernel: Option<PathBuf>,
+    /// The initramfs, else the image's.
+    pub initrd: Option<PathBuf>,
+}
+
+/// Why a VM sandbox could not start (inside [`StartError::Backend`]).
+#[derive(Debug, thiserror::Error)]
+pub enum VmSandboxError {
+    /// No guest image could be found.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The VM could not be built or started.
+    #[error("cannot start the VM: {0}")]
+    Vmm(#[from] VmmError),
+    /// The hybrid socket is held by a live server, or cannot be cleared.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// The console log could not be opened.
+    #[error("opening the console log")]
+    Log(#[source] std::io::Error),
+    /// Host folders cannot be shared into a VM yet.
+    #[error("the VM backend cannot share host folders yet")]
+    Shares,
+}
+
+/// A started VM sandbox. Dropping it kills the VM.
+#[derive(Debug)]
+pub struct VmSandbox {
+    vm: RunningVm,
+    agent: PathBuf,
+    log: PathBuf,
+    net: &'static str,
+    rootfs: String,
+    vcpus: u32,
+    mem_mib: u32,
+    stopping: AtomicBool,
+    ended: OnceLock<Ended>,
+}
+
+impl VmSandbox {
+    /// Boots the VM of `spec` (its workspace is not shared: a VM keeps its
+    /// writable dirs in the guest), its vsock muxer on `agent`, its console
+    /// into `log`. Returns once the vCPUs run, before the agent answers
+    /// ([`Sandbox::wait_ready`]).
+    pub fn start(
+        spec: &SandboxSpec,
+        boot: Boot,
+        agent: PathBuf,
+        log: PathBuf,
+    ) -> Result<Self, StartError> {
+        Self::start_inner(spec, boot, agent, log).map_err(StartError::backend)
+    }
+
+    fn start_inner(
+        spec: &SandboxSpec,
+        boot: Boot,
+        agent: PathBuf,
+        log: PathBuf,
+    ) -> Result<Self, VmSandboxError> {
+        if !spec.shares.is_empty() {
+            return Err(VmSandboxError::Shares);
+        }
+        // The vsock device binds `agent` itself: make sure no live server
+        // holds it.
+        if socket::clear_if_stale(&agent)? == Staleness::Live {
+            return Err(SocketError::InUse(agent).into());
+        }
+        let image = image::find(std::env::consts::ARCH, boot.kernel, boot.initrd)?;
+        let console = boxdesk_sandbox::log::open(&log).map_err(VmSandboxError::Log)?;
+        let vcpus = spec.resources.cpus.unwrap_or(DEFAULT_VCPUS);
+        let mem_mib = spec.resources.mem_mib.unwrap_or(DEFAULT_MEM_MIB);
+        let (rootfs, disk) = match &spec.rootfs {
+            Rootfs::Default => ("initramfs".to_owned(), None),
+            Rootfs::Image { path, writable } => {
+                (path.display().to_string(), Some((path.clone(), *writable)))
+            }
+        };
+        let vm = RunningVm::start(VmSpec {
+            kernel: image.kernel,
+            initrd: image.initrd,
+            mem_mib,
+            vcpus,
+            vsock_uds: agent.clone(),
+            console,
+            rootfs: disk,
+        });
+        let vm = match vm {
+            Ok(vm) => vm,
+            Err(e) => {
+                let _ = std::fs::remove_file(&agent);
+                return Err(e.into());
+            }
+        };
+        Ok(VmSandbox {
+            vm,
+            agent,
+            log,
+            net: spec.net.word(),
+            rootfs,
+            vcpus,
+            mem_mib,
+            stopping: AtomicBool::new(false),
+            ended: OnceLock::new(),
+        })
+    }
+
+    /// How the VM's end reads to its owner, logged once.
+    fn ended_as(&self, end: VmEnd) -> &Ended {
+        self.ended.get_or_init(|| {
+            // The muxer is down with the VM: its socket can go.
+            let _ = std::fs::remove_file(&self.agent);
+            if self.stopping.load(Ordering::SeqCst) {
+                return Ended::Stopped;
+            }
+            let tail = self.vm.serial_tail();
+            match end {
+                VmEnd::Reset if tail.contains("Kernel panic") => {
+                    tracing::error!("the guest kernel panicked; console tail:\n{tail}");
+                    Ended::Died("the guest kernel panicked".to_owned())
+                }
+                VmEnd::Reset => {
+                    tracing::error!(
+                        "the guest rebooted itself (a VM cannot reboot: stopping); console tail:\n{tail}"
+                    );
+                    Ended::Died("the guest rebooted itself".to_owned())
+                }
+                VmEnd::Poweroff => {
+                    tracing::info!("the guest powered off; the sandbox stops");
+                    Ended::PoweredOff
+                }
+                VmEnd::Killed => Ended::Died("the VM was killed".to_owned()),
+                VmEnd::Crash { reason, serial } => {
+                    tracing::error!("the VM crashed: {reason}; console tail:\n{serial}");
+                    Ended::Died(format!("the VM crashed: {reason}"))
+                }
+            }
+        })
+    }
+}
+
+impl Sandbox for VmSandbox {
+    fn wait_ready(&self) -> Result<(), StartError> {
+        // The agent prints its ready line on the console once it listens:
+        // watch for it on the host side (free for the guest) and only then
+        // connect; a connect attempt before that costs the booting guest a
+        // vsock REQUEST and its RST. Attempts every 50 ms anyway, in case
+        // the line was missed.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last_try = Instant::now();
+        loop {
+            if let Some(end) = self.vm.wait_timeout(Duration::from_millis(1)) {
+                let _ = std::fs::remove_file(&self.agent);
+                return Err(StartError::Died {
+                    how: format!("the VM ended ({end:?})"),
+                    log: self.log.clone(),
+                    tail: self.vm.serial_tail(),
+                });
+            }
+            let announced = self.vm.serial_tail().contains("guest-agent ready");
+            if announced || last_try.elapsed() >= Duration::from_millis(50) {
+                last_try = Instant::now();
+                if Session::connect_hybrid(&self.agent, AGENT_PORT).is_ok() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                let _ = std::fs::remove_file(&self.agent);
+                return Err(StartError::NotReady {
+                    within: READY_TIMEOUT,
+                    log: self.log.clone(),
+                    tail: self.vm.serial_tail(),
+                });
+            }
+        }
+    }
+
+    fn agent(&self) -> AgentAddress {
+        AgentAddress::Hybrid {
+            path: self.agent.clone(),
+            port: AGENT_PORT,
+        }
+    }
+
+    fn info(&self) -> Info {
+        Info {
+            backend: if cfg!(target_os = "macos") {
+                "hvf"
+            } else {
+                "kvm"
+            },
+            isolation: "vm",
+            channel: "vsock",
+            net: self.net,
+            rootfs: self.rootfs.clone(),
+            ready_key: "boot_ms",
+            more: vec![
+                ("vcpus", self.vcpus.to_string()),
+                ("mem_mib", self.mem_mib.to_string()),
+            ],
+        }
+    }
+
+    fn stop(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(end) = self.vm.wait_timeout(Duration::ZERO) {
+            self.ended_as(end);
+            return;
+        }
+        // Through the VM's vsock muxer: CONNECT, OK, handshake, then the
+        // Shutdown frame; held open until the VM has ended.
+        let _conn = Session::connect_hybrid(&self.agent, AGENT_PORT)
+            .ok()
+            .map(|mut s| {
+                let _ = s.send(&Frame::Shutdown);
+                s
+            });
+        let end = match self.vm.wait_timeout(grace) {
+            Some(end) => end,
+            None => {
+                tracing::warn!(
+                    "the sandbox did not exit within {}s of Shutdown; killing it",
+                    grace.as_secs()
+                );
+                self.vm.kill();
+                self.vm.wait()
+            }
+        };
+        self.ended_as(end);
+    }
+
+    fn kill(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.vm.kill();
+    }
+
+    fn wait(&self) -> Ended {
+        let end = self.vm.wait();
+        self.ended_as(end).clone()
+    }
+
+    fn log_tail(&self) -> String {
+        self.vm.serial_tail()
+    }
+}
