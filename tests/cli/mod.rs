@@ -178,7 +178,7 @@ fn two_runs_with_the_same_name_at_once_leave_exactly_one() {
     };
     let (a, b) = (spawn(), spawn());
     let (a, b) = (support::wait_output(a), support::wait_output(b));
-    let _sb = support::Sandbox::adopt(&env, "race");
+    let _sb = support::Started::adopt(&env, "race");
     let mut codes = [a.code(), b.code()];
     codes.sort();
     assert_eq!(codes, [0, 125], "{a}\n{b}");
@@ -291,7 +291,7 @@ fn detached_run_exec_cp_ls_and_stop_work_together() {
     assert_eq!(out.code(), 0, "{out}");
     let name = out.stdout.trim().to_owned();
     assert!(name.starts_with("bx-") && name.len() == 7, "{name:?}");
-    let sb = support::Sandbox::adopt(&env, &name);
+    let sb = support::Started::adopt(&env, &name);
 
     // exec: output, cwd, env.
     let out = env.run([
