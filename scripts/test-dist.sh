@@ -70,11 +70,9 @@ unpacked=$(mktemp -d /tmp/boxdesk-dist.XXXXXX)
 trap 'rm -rf "$manifest" "$unpacked"' EXIT
 # What the release workflow's build-setup step exports on Linux, read from
 # that file, so this build is the one users download.
-while IFS= read -r line; do
-  export "$line"
-done < <(sed -n 's/^ *echo "\(CARGO_TARGET_[A-Z0-9_]*_LINUX_GNU_RUSTFLAGS=[^"]*\)" >> "\$GITHUB_ENV"$/\1/p' \
-  .github/build-setup.yml)
-CARGO_TARGET_DIR=${BOXDESK_DIST_TARGET_DIR:-$cache/dist/target} nice -n 10 \
+flags=$(sed -n 's/^ *run: echo "RUSTFLAGS=\([^"]*\)" >> "\$GITHUB_ENV"$/\1/p' .github/build-setup.yml)
+[ -n "$flags" ] || die ".github/build-setup.yml sets no RUSTFLAGS for the Linux builds"
+RUSTFLAGS=$flags CARGO_TARGET_DIR=${BOXDESK_DIST_TARGET_DIR:-$cache/dist/target} nice -n 10 \
   "$dist" build --artifacts=local --target "$host" --output-format=json >"$manifest" ||
   die "dist build failed"
 archive=$(python3 -c 'import json, sys

@@ -7,7 +7,7 @@ use crate::frame::FrameError;
 pub enum ChannelError {
     /// The transport failed.
     #[error("channel i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The peer closed the stream in the middle of a header or frame.
     #[error("peer closed the stream in the middle of {0}")]
     UnexpectedEof(&'static str),
@@ -23,6 +23,14 @@ pub enum ChannelError {
     /// The hybrid vsock socket refused the `CONNECT` preamble.
     #[error("hybrid vsock socket refused CONNECT: {0}")]
     HybridRefused(String),
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<std::io::Error> for ChannelError {
+    fn from(e: std::io::Error) -> Self {
+        ChannelError::Io(e)
+    }
 }
 
 impl ChannelError {

@@ -58,14 +58,14 @@ pub enum MountError {
         why: NameError,
     },
     /// A system call failed.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}: {error}", path.display())]
     Os {
         /// What was being done.
         what: &'static str,
         /// On which path.
         path: PathBuf,
         /// What the OS said.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -73,7 +73,7 @@ fn os<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Mount
     move |source| MountError::Os {
         what,
         path: path.to_owned(),
-        source,
+        error: source,
     }
 }
 

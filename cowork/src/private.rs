@@ -50,14 +50,14 @@ pub enum PrivateError {
         wanted: &'static str,
     },
     /// A system call failed.
-    #[error("cannot {what} {}: {source}", path.display())]
+    #[error("cannot {what} {}: {error}", path.display())]
     Io {
         /// What was being done.
         what: &'static str,
         /// The path.
         path: PathBuf,
         /// What the OS said.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -65,7 +65,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> P
     move |source| PrivateError::Io {
         what,
         path: path.to_owned(),
-        source,
+        error: source,
     }
 }
 

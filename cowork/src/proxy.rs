@@ -58,7 +58,7 @@ pub enum ProxyError {
     #[error("timed out")]
     Timeout,
     /// Name resolution or TCP connect failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 

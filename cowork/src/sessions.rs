@@ -39,14 +39,14 @@ pub enum SessionError {
     #[error("not a directory: {}", .0.display())]
     NotADirectory(PathBuf),
     /// A system call on `path` failed.
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("cannot {op} {}: {error}", path.display())]
     Io {
         /// What was being done ("create", "open", "statvfs", ...).
         op: &'static str,
         /// The path it was done to.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -108,7 +108,11 @@ type Busy<'a> = &'a dyn Fn(&str) -> bool;
 
 fn io_err(op: &'static str, path: &Path, source: io::Error) -> SessionError {
     let path = path.to_path_buf();
-    SessionError::Io { op, path, source }
+    SessionError::Io {
+        op,
+        path,
+        error: source,
+    }
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {

@@ -60,7 +60,7 @@ const CONFIG_BYTES: usize = 24;
 pub enum BlkError {
     /// The file's size could not be read.
     #[error("cannot size the disk file: {0}")]
-    Size(#[source] io::Error),
+    Size(io::Error),
     /// The serial number is longer than 20 bytes.
     #[error("disk serial {0:?} is longer than 20 bytes")]
     SerialTooLong(String),

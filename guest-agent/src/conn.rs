@@ -38,7 +38,7 @@ const LINGER: Duration = Duration::from_millis(500);
 pub enum ConnError {
     /// The socket failed (the peer is gone, usually).
     #[error("session socket: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// The peer sent a malformed frame.
     #[error(transparent)]
     Frame(#[from] FrameError),
@@ -48,6 +48,14 @@ pub enum ConnError {
     /// The peer stopped in the middle of a frame for [`STALL`].
     #[error("ETIMEDOUT: no complete frame within 10 s of its start; closing")]
     Stalled,
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<io::Error> for ConnError {
+    fn from(e: io::Error) -> Self {
+        ConnError::Io(e)
+    }
 }
 
 impl ConnError {

@@ -43,6 +43,7 @@
 //!
 //! The library is Linux-only; on other targets it is empty.
 #![cfg(target_os = "linux")]
+#![deny(missing_docs)]
 
 #[macro_use]
 mod console;

@@ -51,12 +51,16 @@ pub enum SpawnError {
     #[error("EINVAL: {0}")]
     Invalid(String),
     /// The PTY could not be opened.
-    #[error("EIO: {source}")]
-    Pty {
-        /// What failed.
-        #[from]
-        source: crate::pty::PtyError,
-    },
+    #[error("EIO: {0}")]
+    Pty(crate::pty::PtyError),
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<crate::pty::PtyError> for SpawnError {
+    fn from(e: crate::pty::PtyError) -> Self {
+        SpawnError::Pty(e)
+    }
 }
 
 /// `ENOENT` for `Errno::ENOENT`; `E<n>` for numbers nix does not name.

@@ -63,7 +63,7 @@ const MAX_HIERARCHIES: usize = 3;
 pub enum CgroupError {
     /// The name cannot be a sandbox's.
     #[error("cgroup name: {0}")]
-    Name(#[from] NameError),
+    Name(NameError),
     /// A limit is out of range.
     #[error("{flag} {value}: {why}")]
     BadLimit {
@@ -82,38 +82,38 @@ pub enum CgroupError {
     NotACgroup(PathBuf),
     /// Creating a cgroup directory failed for a reason other than
     /// permission.
-    #[error("cannot create {}: {source}", path.display())]
+    #[error("cannot create {}: {error}", path.display())]
     Create {
         /// The directory.
         path: PathBuf,
         /// What the kernel said.
-        source: io::Error,
+        error: io::Error,
     },
     /// Writing a control file failed.
-    #[error("cannot write {value:?} to {}: {source}", path.display())]
+    #[error("cannot write {value:?} to {}: {error}", path.display())]
     Write {
         /// The control file.
         path: PathBuf,
         /// What was written.
         value: String,
         /// What the kernel said.
-        source: io::Error,
+        error: io::Error,
     },
     /// Reading a control file or directory failed.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         /// The file or directory.
         path: PathBuf,
         /// What the kernel said.
-        source: io::Error,
+        error: io::Error,
     },
     /// `rmdir` failed for a reason other than processes still inside.
-    #[error("cannot remove {}: {source}", path.display())]
+    #[error("cannot remove {}: {error}", path.display())]
     Remove {
         /// The directory.
         path: PathBuf,
         /// What the kernel said.
-        source: io::Error,
+        error: io::Error,
     },
     /// Processes survived SIGKILL until the deadline (uninterruptible
     /// sleep).
@@ -134,6 +134,14 @@ pub enum CgroupError {
         /// The most walked.
         max: usize,
     },
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<NameError> for CgroupError {
+    fn from(e: NameError) -> Self {
+        CgroupError::Name(e)
+    }
 }
 
 /// What a sandbox may use; `None` is no limit.
@@ -605,7 +613,7 @@ fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
         .map_err(|source| CgroupError::Write {
             path: path.to_owned(),
             value: value.to_owned(),
-            source,
+            error: source,
         })
 }
 
@@ -640,7 +648,10 @@ fn build(p: Plan, name: &str, limits: &Limits) -> Result<Placement, CgroupError>
         if let Err(e) = make_leaf(&dir, p.version) {
             undo(&made);
             return match e {
-                CgroupError::Create { path, source } if denied(&source) => refused(&path, source),
+                CgroupError::Create {
+                    path,
+                    error: source,
+                } if denied(&source) => refused(&path, source),
                 e => Err(e),
             };
         }
@@ -656,7 +667,7 @@ fn build(p: Plan, name: &str, limits: &Limits) -> Result<Placement, CgroupError>
                 .open(&procs)
                 .map_err(|source| CgroupError::Read {
                     path: procs,
-                    source,
+                    error: source,
                 })
         });
         match opened {
@@ -704,7 +715,7 @@ fn refused(path: &Path, e: io::Error) -> Result<Placement, CgroupError> {
     } else {
         Err(CgroupError::Create {
             path: path.to_owned(),
-            source: e,
+            error: e,
         })
     }
 }
@@ -741,7 +752,7 @@ fn make_leaf(dir: &Path, version: Version) -> Result<(), CgroupError> {
         Err(source) => {
             return Err(CgroupError::Create {
                 path: dir.to_owned(),
-                source,
+                error: source,
             })
         }
     }
@@ -764,7 +775,7 @@ fn make_leaf(dir: &Path, version: Version) -> Result<(), CgroupError> {
     remove_tree(dir, version)?;
     fs::create_dir(dir).map_err(|source| CgroupError::Create {
         path: dir.to_owned(),
-        source,
+        error: source,
     })
 }
 

@@ -25,15 +25,17 @@ use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use boxdesk_channel::{Exec, SecretBytes, Stream, AGENT_PORT};
-use boxdesk_platform::SandboxPaths;
+use boxdesk_platform::{dirs, SandboxPaths};
 use boxdesk_sandbox::client::{
     self, Captured, Connection, Control, Endpoint, Event, Input, Outcome, Output,
 };
+use boxdesk_sandbox::state::StateDir;
 use nix::sys::signal::Signal;
 
 use super::signals::Signals;
@@ -74,10 +76,25 @@ pub fn shell(name: &str) -> anyhow::Result<i32> {
     exec_named(name, &opts, &["/bin/sh".into()])
 }
 
-/// Opens an AGCH session with sandbox `name` through its hybrid socket:
-/// the connect, the preamble and the handshake together within
-/// [`client::CONNECT_TIMEOUT`], or a clear error naming the sandbox.
+/// Opens an AGCH session with sandbox `name`: the connect, the preamble
+/// and the handshake together within [`client::CONNECT_TIMEOUT`], or a
+/// clear error naming the sandbox.
+///
+/// Where the agent listens on a socket of its own in the sandbox's state
+/// dir (a namespace sandbox's does: the helper bound it and the agent
+/// inherited it), the session goes there and skips the helper's relay
+/// through `<name>.agent` (about 0.2 ms of an exec). Everything else — a
+/// VM, a socket nothing answers on any more — goes through `<name>.agent`,
+/// which also says why a sandbox cannot be reached.
 pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Connection> {
+    if let Some(sock) = own_agent_socket(name) {
+        match client::connect(&Endpoint::Unix(sock), name) {
+            Ok(c) => return Ok(c),
+            // Stale or refused: `<name>.agent` tells the user what is wrong.
+            Err(client::AgentError::Connect(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let endpoint = Endpoint::Hybrid {
         path: paths.agent.clone(),
         port: AGENT_PORT,
@@ -88,6 +105,21 @@ pub fn connect(paths: &SandboxPaths, name: &str) -> anyhow::Result<Connection> {
         client::AgentError::Connect(e) => e.into(),
         e => e.into(),
     })
+}
+
+/// The agent's own socket of sandbox `name`, if its state dir has one and
+/// the state root is ours and private (as the runtime dir must be): only
+/// we can have put a socket there.
+fn own_agent_socket(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let root = dirs::state_dir().ok()?;
+    let meta = std::fs::metadata(&root).ok()?;
+    if meta.uid() != boxdesk_platform::euid() || meta.mode() & 0o077 != 0 {
+        return None;
+    }
+    let sock = StateDir::existing(&root, name)?.agent_sock();
+    let meta = std::fs::symlink_metadata(&sock).ok()?;
+    (meta.file_type().is_socket() && meta.uid() == boxdesk_platform::euid()).then_some(sock)
 }
 
 /// The Exec frame for `command` with `opts`.

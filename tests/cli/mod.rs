@@ -178,7 +178,7 @@ fn two_runs_with_the_same_name_at_once_leave_exactly_one() {
     };
     let (a, b) = (spawn(), spawn());
     let (a, b) = (support::wait_output(a), support::wait_output(b));
-    let _sb = support::Sandbox::adopt(&env, "race");
+    let _sb = support::Started::adopt(&env, "race");
     let mut codes = [a.code(), b.code()];
     codes.sort();
     assert_eq!(codes, [0, 125], "{a}\n{b}");
@@ -291,7 +291,7 @@ fn detached_run_exec_cp_ls_and_stop_work_together() {
     assert_eq!(out.code(), 0, "{out}");
     let name = out.stdout.trim().to_owned();
     assert!(name.starts_with("bx-") && name.len() == 7, "{name:?}");
-    let sb = support::Sandbox::adopt(&env, &name);
+    let sb = support::Started::adopt(&env, &name);
 
     // exec: output, cwd, env.
     let out = env.run([
@@ -833,4 +833,45 @@ fn doctor_says_whether_cgroup_limits_hold_for_this_user_and_what_it_means_when_n
     } else {
         assert!(out.stdout.contains("/boxdesk/NAME"), "{out}");
     }
+}
+
+#[test]
+fn exec_reaches_a_namespace_sandboxs_agent_on_its_own_socket_without_the_helpers_relay() {
+    let env = TestEnv::new();
+    let name = support::unique("direct");
+    let sb = env.start(&name, &[]);
+    // With `<name>.agent` moved away only the agent's own socket (in the
+    // private state dir) can answer.
+    let relay = env.agent(&name);
+    let aside = relay.with_extension("aside");
+    fs::rename(&relay, &aside).unwrap();
+    let out = sb.exec(&["sh", "-c", "echo direct"]);
+    fs::rename(&aside, &relay).unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "direct\n", "{out}");
+}
+
+#[test]
+fn exec_trusts_the_agents_own_socket_only_in_a_private_state_root() {
+    let env = TestEnv::new();
+    let name = support::unique("notdirect");
+    let sb = env.start(&name, &[]);
+    let state_root = env.xdg_state.join("boxdesk");
+    fs::set_permissions(&state_root, fs::Permissions::from_mode(0o755)).unwrap();
+    // Through the relay it still works…
+    let through_relay = sb.exec(&["true"]);
+    // …and without the relay nothing answers: the agent's own socket in a
+    // state root others can read is not used.
+    let relay = env.agent(&name);
+    let aside = relay.with_extension("aside");
+    fs::rename(&relay, &aside).unwrap();
+    let without_relay = sb.exec(&["true"]);
+    fs::rename(&aside, &relay).unwrap();
+    fs::set_permissions(&state_root, fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(through_relay.code(), 0, "{through_relay}");
+    assert_eq!(without_relay.code(), 125, "{without_relay}");
+    assert!(
+        without_relay.stderr.contains(&name),
+        "the error names the sandbox: {without_relay}"
+    );
 }

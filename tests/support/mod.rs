@@ -127,14 +127,14 @@ impl TestEnv {
     }
 
     /// Starts a detached sandbox named `name` with extra `run` flags.
-    pub fn start(&self, name: &str, flags: &[&str]) -> Sandbox<'_> {
+    pub fn start(&self, name: &str, flags: &[&str]) -> Started<'_> {
         let mut args = vec!["run", "--detach", "--name", name];
         args.extend_from_slice(flags);
         let out = self.run(&args);
         assert_eq!(out.code(), 0, "run --detach failed: {out}");
         assert_eq!(out.stdout.trim(), name, "{out}");
         let pid = self.info(name)["pid"].parse().ok();
-        Sandbox {
+        Started {
             env: self,
             name: name.to_owned(),
             pid,
@@ -200,21 +200,21 @@ pub fn read_reply(s: &mut UnixStream) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-/// A running sandbox, stopped on drop (its helper killed if `stop` fails,
+/// A sandbox a test started (or adopted), stopped on drop (its helper killed if `stop` fails,
 /// so a failing test leaves nothing running).
-pub struct Sandbox<'a> {
+pub struct Started<'a> {
     pub env: &'a TestEnv,
     pub name: String,
     pub pid: Option<u32>,
 }
 
-impl<'a> Sandbox<'a> {
+impl<'a> Started<'a> {
     /// Adopts a sandbox some other command started.
     pub fn adopt(env: &'a TestEnv, name: &str) -> Self {
         let pid = std::panic::catch_unwind(|| env.info(name)["pid"].parse().ok())
             .ok()
             .flatten();
-        Sandbox {
+        Started {
             env,
             name: name.to_owned(),
             pid,
@@ -222,7 +222,7 @@ impl<'a> Sandbox<'a> {
     }
 }
 
-impl Sandbox<'_> {
+impl Started<'_> {
     /// `boxdesk exec NAME -- ARGS`.
     pub fn exec(&self, args: &[&str]) -> Out {
         let mut v = vec!["exec", self.name.as_str(), "--"];
@@ -236,7 +236,7 @@ impl Sandbox<'_> {
     }
 }
 
-impl Drop for Sandbox<'_> {
+impl Drop for Started<'_> {
     fn drop(&mut self) {
         let _ = self.env.run(["stop", self.name.as_str()]);
         if let Some(pid) = self.pid {

@@ -43,17 +43,17 @@ pub type HvVcpu = <HvVm as boxdesk_hv::Vm>::Vcpu;
 pub enum VmmError {
     /// The hypervisor refused something.
     #[error("hypervisor: {0}")]
-    Hv(#[from] boxdesk_hv::HvError),
+    Hv(boxdesk_hv::HvError),
     /// The guest layout could not be written (kernel, initrd, tables).
     #[error(transparent)]
     Arch(#[from] arch::ArchError),
     /// A kernel, initrd or disk file could not be opened.
-    #[error("cannot open {}: {source}", path.display())]
+    #[error("cannot open {}: {error}", path.display())]
     Open {
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// `--mem` is outside what a VM can have.
     #[error("--mem {0} MiB is out of range (64 to 65536 MiB)")]
@@ -75,6 +75,14 @@ pub enum VmmError {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<boxdesk_hv::HvError> for VmmError {
+    fn from(e: boxdesk_hv::HvError) -> Self {
+        VmmError::Hv(e)
+    }
 }
 
 /// What a VM is made of.
@@ -209,7 +217,7 @@ impl RunningVm {
         let open = |p: &PathBuf| {
             File::open(p).map_err(|source| VmmError::Open {
                 path: p.clone(),
-                source,
+                error: source,
             })
         };
         let loaded = host::load(&mem, &mut open(&spec.kernel)?, &mut open(&spec.initrd)?)?;
@@ -245,7 +253,7 @@ impl RunningVm {
                 .open(path)
                 .map_err(|source| VmmError::Open {
                     path: path.clone(),
-                    source,
+                    error: source,
                 })?;
             let blk = boxdesk_devices::blk::Blk::new(f, !writable, "boxdesk-rootfs")
                 .map_err(dev("blk"))?;

@@ -51,7 +51,7 @@ pub enum VmSandboxError {
     Image(#[from] ImageError),
     /// The VM could not be built or started.
     #[error("cannot start the VM: {0}")]
-    Vmm(#[from] VmmError),
+    Vmm(VmmError),
     /// The hybrid socket is held by a live server, or cannot be cleared.
     #[error(transparent)]
     Socket(#[from] SocketError),
@@ -61,6 +61,14 @@ pub enum VmSandboxError {
     /// Host folders cannot be shared into a VM yet.
     #[error("the VM backend cannot share host folders yet")]
     Shares,
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<VmmError> for VmSandboxError {
+    fn from(e: VmmError) -> Self {
+        VmSandboxError::Vmm(e)
+    }
 }
 
 /// A started VM sandbox. Dropping it kills the VM.

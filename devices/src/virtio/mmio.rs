@@ -86,7 +86,7 @@ pub enum MmioError {
     InvalidQueue(usize),
     /// The device refused to start.
     #[error("activation failed: {0}")]
-    Activate(#[from] ActivateError),
+    Activate(ActivateError),
     /// An access of the wrong width or alignment, or to an unknown register.
     #[error("ignored {len}-byte {op} at {offset:#x}")]
     BadAccess {
@@ -97,6 +97,14 @@ pub enum MmioError {
         /// The width of the access.
         len: usize,
     },
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<ActivateError> for MmioError {
+    fn from(e: ActivateError) -> Self {
+        MmioError::Activate(e)
+    }
 }
 
 /// One virtio-mmio (v2) device: the registers in front of a [`VirtioDevice`].

@@ -28,7 +28,10 @@ pub(super) fn read_pids(dir: &Path) -> Result<Vec<i32>, CgroupError> {
             .filter(|&p: &i32| p > 0)
             .collect()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(source) => Err(CgroupError::Read { path, source }),
+        Err(source) => Err(CgroupError::Read {
+            path,
+            error: source,
+        }),
     }
 }
 
@@ -92,7 +95,7 @@ pub(super) fn remove_tree(top: &Path, version: Version) -> Result<(), CgroupErro
         Err(source) => {
             return Err(CgroupError::Read {
                 path: top.to_owned(),
-                source,
+                error: source,
             })
         }
         Ok(m) if !m.is_dir() => return Err(CgroupError::NotACgroup(top.to_owned())),
@@ -126,7 +129,7 @@ pub(super) fn remove_tree(top: &Path, version: Version) -> Result<(), CgroupErro
                 Err(source) => {
                     return Err(CgroupError::Remove {
                         path: d.clone(),
-                        source,
+                        error: source,
                     })
                 }
             }
@@ -149,7 +152,7 @@ fn subtree(top: &Path) -> Result<Vec<PathBuf>, CgroupError> {
             Err(source) => {
                 return Err(CgroupError::Read {
                     path: dirs[i].clone(),
-                    source,
+                    error: source,
                 })
             }
         };
