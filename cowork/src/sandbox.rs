@@ -63,17 +63,17 @@ pub enum SandboxError {
     #[error("agent channel: {0}")]
     Channel(#[from] boxdesk_channel::ChannelError),
     /// A system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Os {
         /// What was being done.
         what: &'static str,
-        /// What the OS said.
-        source: io::Error,
+        /// What the OS said (in the message, so not also its source).
+        error: io::Error,
     },
 }
 
 fn os(what: &'static str) -> impl FnOnce(io::Error) -> SandboxError {
-    move |source| SandboxError::Os { what, source }
+    move |error| SandboxError::Os { what, error }
 }
 
 /// Where a profile's sandboxes live on the host.
