@@ -114,7 +114,7 @@ pub struct Profile {
     filtered: tokio::sync::Mutex<HashMap<String, Arc<Sandbox>>>,
     connected: AtomicBool,
     shared_ready: AtomicBool,
-    /// Numbers the private-network sandboxes' run dirs; never reused.
+    /// Numbers the private-network sandboxes (`-net<n>` of their names and logs); never reused.
     next_tag: std::sync::atomic::AtomicU32,
     /// What starts its sandboxes (the binary's choice of backend).
     starter: Arc<dyn Starter>,

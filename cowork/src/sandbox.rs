@@ -87,8 +87,9 @@ pub struct Layout {
     pub home: PathBuf,
     /// Logs.
     pub state: PathBuf,
-    /// Under the runtime dir: the agents' run dirs and the staged (shared)
-    /// views of `sessions` and `home_mirror` that mounts are attached to.
+    /// Under the runtime dir: the staged (shared) views of `sessions` and
+    /// `home_mirror` that mounts are attached to (the sandboxes' own
+    /// sockets are their keepers', beside every other sandbox's).
     pub runtime: PathBuf,
 }
 

@@ -16,6 +16,7 @@
 //! make, and never let a second end undo what the first is doing.
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -100,6 +101,10 @@ pub struct Keeper {
     ending: AtomicBool,
     lock: Mutex<Option<NameLock>>,
     sandbox: OnceLock<Arc<dyn Sandbox>>,
+    /// The control socket as [`Keeper::serve`] answers it (a duplicate):
+    /// shut down at the end, which ends the accepting thread in an owner
+    /// that outlives its sandbox.
+    serving: Mutex<Option<OwnedFd>>,
     labels: Mutex<Vec<(&'static str, String)>>,
     on_stop: Box<dyn Fn() + Send + Sync>,
 }
@@ -151,6 +156,7 @@ impl Keeper {
             ending: AtomicBool::new(false),
             lock: Mutex::new(Some(name_lock)),
             sandbox: OnceLock::new(),
+            serving: Mutex::new(None),
             labels: Mutex::new(Vec::new()),
             on_stop,
         };
@@ -158,17 +164,30 @@ impl Keeper {
     }
 
     /// Answers the control socket `control` (from [`Keeper::claim`]) on a
-    /// thread of its own, for as long as the process lives.
+    /// thread of its own, until the end (or for as long as the process
+    /// lives).
     pub fn serve(self: &Arc<Self>, control: UnixListener) -> io::Result<()> {
+        *lock(&self.serving) = Some(OwnedFd::from(control.try_clone()?));
         let me: Arc<dyn Controlled> = Arc::clone(self) as Arc<dyn Controlled>;
+        let keeper = Arc::clone(self);
         std::thread::Builder::new()
             .name("control-accept".into())
             .stack_size(128 * 1024)
             .spawn(move || {
                 let e = control::server::serve(control, me);
-                tracing::error!("control socket: {e}");
+                if !keeper.ending() {
+                    tracing::error!("control socket: {e}");
+                }
             })
             .map(drop)
+    }
+
+    /// Ends [`Keeper::serve`]'s accepting: the socket is shut down, so its
+    /// `accept` fails and the thread returns.
+    fn stop_serving(&self) {
+        if let Some(fd) = lock(&self.serving).take() {
+            let _ = nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
     }
 
     /// The name's runtime paths: `<name>.sock`, `<name>.agent`, `<name>.log`.
@@ -224,6 +243,7 @@ impl Keeper {
         *lock(&self.phase) = Phase::Stopping;
         tracing::info!("stopping sandbox {}", self.name);
         let _ = std::fs::remove_file(&self.paths.sock);
+        self.stop_serving();
         if let Some(sandbox) = self.sandbox.get() {
             sandbox.stop(STOP_GRACE);
         }
@@ -242,6 +262,7 @@ impl Keeper {
             return false;
         }
         let _ = std::fs::remove_file(&self.paths.sock);
+        self.stop_serving();
         if let Some(sandbox) = self.sandbox.get() {
             sandbox.kill();
             sandbox.wait();

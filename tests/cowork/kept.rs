@@ -157,3 +157,45 @@ fn nothing_of_cowork_sandboxes_is_left_after_cowork_exits() {
     assert_eq!(left(c.env.runtime()), Vec::<String>::new());
     assert_eq!(left(c.env.xdg_state.join("boxdesk")), Vec::<String>::new());
 }
+
+/// How many of `pid`'s threads are named `name`.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .count()
+}
+
+#[test]
+fn a_sandbox_that_ended_leaves_no_accepting_thread_behind_in_cowork() {
+    let c = Cowork::start();
+    let mut p = c.boot("cycled");
+    let pid = c.child.0.id();
+    for round in 0..3 {
+        let name = sandboxes_of(&c, "cycled").pop().expect("listed");
+        let out = if round == 1 {
+            c.env.run(["stop", &name])
+        } else {
+            assert_eq!(p.call("stopVM", json!({}))["success"], true);
+            c.env.run(["ls"])
+        };
+        assert_eq!(out.code(), 0, "{out}");
+        let r = p.call("startVM", json!({}));
+        assert_eq!(r["success"], true, "{r}\n{}", c.log());
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let counts = ["control-accept", "agent-accept"].map(|n| threads_named(pid, n));
+        if counts == [1, 1] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "accepting threads of ended sandboxes stay: {counts:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

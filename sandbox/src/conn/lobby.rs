@@ -67,7 +67,8 @@ struct Waiting {
 
 /// Accepts on `listener` forever, handing each connection with a complete
 /// first request to `hand_on`. Returns only when `accept` fails in a way
-/// that will not get better.
+/// that will not get better, or once the listener is shut down
+/// (`shutdown(2)` on it, or a duplicate of it: how its owner ends it).
 pub fn serve(
     listener: UnixListener,
     rules: &Rules,
@@ -105,6 +106,16 @@ pub fn serve(
             }
             let is_ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
             let accept_ready = paused_until.is_none() && fds.last().is_some_and(is_ready);
+            // A listener shut down by its owner (whose sandbox ended) hangs
+            // up: its accept would only ever say EAGAIN.
+            let hung_up =
+                |f: &PollFd<'_>| f.revents().is_some_and(|r| r.contains(PollFlags::POLLHUP));
+            if paused_until.is_none() && fds.last().is_some_and(hung_up) {
+                return io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the socket was shut down",
+                );
+            }
             let ready: Vec<usize> = (0..waiting.len()).filter(|&i| is_ready(&fds[i])).collect();
             (accept_ready, ready)
         };
@@ -284,6 +295,27 @@ mod tests {
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
+    }
+
+    #[test]
+    fn a_listener_shut_down_through_a_duplicate_ends_the_lobby_instead_of_spinning() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(dir.path().join("l.sock")).unwrap();
+        let dup = listener.try_clone().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let admission = Admission::new("test", 4);
+            let e = serve(listener, &RULES, &admission, |_| {});
+            tx.send(e.kind()).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&dup),
+            nix::sys::socket::Shutdown::Both,
+        )
+        .unwrap();
+        let kind = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(kind, io::ErrorKind::ConnectionAborted);
     }
 
     #[test]

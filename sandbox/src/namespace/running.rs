@@ -24,7 +24,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +114,9 @@ struct Inner {
     agent_sock: PathBuf,
     front: Option<PathBuf>,
     front_listener: Mutex<Option<UnixListener>>,
+    /// The front as its accepting thread answers it (a duplicate), shut
+    /// down at the end so that thread returns.
+    front_serving: Mutex<Option<OwnedFd>>,
     log: PathBuf,
     pid: u32,
     net: Net,
@@ -223,6 +226,7 @@ impl NamespaceSandbox {
             agent_sock: places.agent_sock,
             front: places.front,
             front_listener: Mutex::new(front_listener),
+            front_serving: Mutex::new(None),
             log: places.log,
             pid,
             net: spec.net,
@@ -250,6 +254,7 @@ impl NamespaceSandbox {
                 let _ = fs::remove_file(front);
             }
             lock(&on_end.end).how = Some(how);
+            on_end.stop_front();
             on_end.end_cv.notify_all();
         }));
         Ok(NamespaceSandbox { inner })
@@ -401,6 +406,13 @@ fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
 }
 
 impl Inner {
+    /// Shuts the front down (once), so its accepting thread returns.
+    fn stop_front(&self) {
+        if let Some(fd) = lock(&self.front_serving).take() {
+            let _ = nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
+    }
+
     fn ended(&self) -> Option<String> {
         lock(&self.end).how.clone()
     }
@@ -478,12 +490,23 @@ impl Sandbox for NamespaceSandbox {
         }
         if let Some(listener) = lock(&me.front_listener).take() {
             let agent = Arc::clone(&me.agent);
+            let serving = listener
+                .try_clone()
+                .map_err(|e| StartError::backend(os("duplicating the agent socket")(e)))?;
+            *lock(&me.front_serving) = Some(OwnedFd::from(serving));
+            if me.ended().is_some() {
+                // Its end came first and found nothing to shut down.
+                me.stop_front();
+            }
+            let inner = Arc::clone(me);
             std::thread::Builder::new()
                 .name("agent-accept".into())
                 .stack_size(128 * 1024)
                 .spawn(move || {
                     let e = forward::serve(listener, agent);
-                    tracing::error!("agent socket: {e}");
+                    if inner.ended().is_none() {
+                        tracing::error!("agent socket: {e}");
+                    }
                 })
                 .map_err(|e| {
                     me.kill();
