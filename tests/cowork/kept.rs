@@ -199,3 +199,20 @@ fn a_sandbox_that_ended_leaves_no_accepting_thread_behind_in_cowork() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_name_another_sandbox_holds_makes_cowork_take_the_next_free_one() {
+    let c = Cowork::start();
+    let taken = format!("cowork-{}-taken", c.child.0.id());
+    let other = c.env.start(&taken, &[]);
+    let _p = c.boot("taken");
+    assert_eq!(
+        sandboxes_of(&c, "taken"),
+        [format!("{taken}-2")],
+        "{:?}",
+        ls(&c)
+    );
+    let info = c.env.info(&taken);
+    assert!(!info.contains_key("profile"), "{info:?}");
+    drop(other);
+}
