@@ -46,6 +46,25 @@ pub enum BackendError {
     /// The hypervisor here cannot boot a VM.
     #[error("the {0} backend cannot run here: the hypervisor probe says {1}; {hint}", hint = if cfg!(target_os = "linux") { "use --backend namespace (or auto)" } else { "see boxdesk doctor" })]
     CannotBoot(Backend, String),
+    /// `--net` asked of a backend that has no network to give yet.
+    #[error("--net is not available with the {0} backend yet: VMs have no network device; use --backend namespace for a sandbox with the host's network")]
+    NoNet(Backend),
+    /// `--kernel`, `--initrd` or `--rootfs` asked of a backend that boots
+    /// nothing.
+    #[error(
+        "--kernel, --initrd and --rootfs need the {vm} backend (this sandbox uses {0})",
+        vm = Backend::HOST_VM
+    )]
+    BootsNothing(Backend),
+}
+
+/// The `run` flags that only some backends can honour.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asks {
+    /// `--net`: the host's network.
+    pub net: bool,
+    /// `--kernel`, `--initrd` or `--rootfs`: what a VM boots.
+    pub boot: bool,
 }
 
 impl FromStr for Backend {
@@ -84,6 +103,20 @@ impl Backend {
     /// Whether this backend boots a VM (`kvm`, `hvf`).
     pub fn is_vm(self) -> bool {
         matches!(self, Backend::Kvm | Backend::Hvf)
+    }
+
+    /// Refuses, before anything starts, what this (resolved) backend cannot
+    /// honour: the one place the CLI learns what a backend can do. The
+    /// backends refuse the same at start ([`boxdesk_sandbox::running::
+    /// StartError`]); this only says it sooner.
+    pub fn refuse(self, asks: Asks) -> Result<(), BackendError> {
+        if self.is_vm() && asks.net {
+            return Err(BackendError::NoNet(self));
+        }
+        if !self.is_vm() && asks.boot {
+            return Err(BackendError::BootsNothing(self));
+        }
+        Ok(())
     }
 
     /// The backend that will really run: the VM backend of this OS (`kvm`

@@ -57,17 +57,10 @@ pub struct VmFlags {
 /// `boxdesk run`.
 pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     let backend = super::chosen_backend(req.backend.as_deref())?;
-    if backend.is_vm() && req.net {
-        bail!("--net is not available with the {backend} backend yet: VMs have no network device; use --backend namespace for a sandbox with the host's network");
-    }
-    if !backend.is_vm()
-        && (req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some())
-    {
-        bail!(
-            "--kernel, --initrd and --rootfs need the {} backend (this sandbox uses {backend})",
-            crate::backend::Backend::HOST_VM
-        );
-    }
+    backend.refuse(crate::backend::Asks {
+        net: req.net,
+        boot: req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some(),
+    })?;
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
     let generated = req.name.is_none();
     let name = match req.name.clone() {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use boxdesk_channel::{Frame, Session, AGENT_PORT};
 use boxdesk_platform::socket::{self, SocketError, Staleness};
 use boxdesk_sandbox::running::{
-    AgentAddress, Ended, Info, Rootfs, Sandbox, SandboxSpec, StartError,
+    AgentAddress, Ended, Info, Net, Rootfs, Sandbox, SandboxSpec, StartError,
 };
 
 use crate::image::{self, ImageError};
@@ -61,6 +61,9 @@ pub enum VmSandboxError {
     /// Host folders cannot be shared into a VM yet.
     #[error("the VM backend cannot share host folders yet")]
     Shares,
+    /// A VM has no network device yet.
+    #[error("the VM backend has no network device yet: a VM cannot have the host's network")]
+    Net,
 }
 
 /// By hand, not `#[from]`: the cause is in the message, so it is not a
@@ -107,6 +110,9 @@ impl VmSandbox {
     ) -> Result<Self, VmSandboxError> {
         if !spec.shares.is_empty() {
             return Err(VmSandboxError::Shares);
+        }
+        if spec.net != Net::None {
+            return Err(VmSandboxError::Net);
         }
         // The vsock device binds `agent` itself: make sure no live server
         // holds it.
