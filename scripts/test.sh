@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every boxdesk test, installing what is missing first:
 #   bash scripts/test.sh
-# Steps: setup, fmt, no tracked file pointing outside the repository, clippy
+# Steps: setup, fmt, no tracked file pointing outside the repository, error
+# messages that print each cause once (scripts/check-error-sources.py), clippy
 # (workspace), the workspace's tests as root, static musl agents for x86_64
 # and aarch64 (the aarch64 one runs under qemu-aarch64-static for one real
 # exec), the guest images of both arches (images/build.sh) booted under qemu
@@ -39,6 +40,9 @@ if git grep -nIE -e '\.\./shared' -e '/work/[s]hared' -- . ':!fuzz/regressions' 
   echo "the lines above point outside the repository: write it in docs/ instead" >&2
   exit 1
 fi
+
+step "error messages print each cause once"
+python3 scripts/check-error-sources.py
 
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings

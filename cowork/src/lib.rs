@@ -69,10 +69,10 @@ pub fn logged(v: impl Display) -> String {
 pub enum CoworkError {
     /// The socket's directory is unsafe.
     #[error("the socket's directory: {0}")]
-    Dir(#[from] DirError),
+    Dir(DirError),
     /// The socket could not be bound (another server answers on it, a
     /// symlink, a path too long…).
-    #[error("{0}")]
+    #[error(transparent)]
     Socket(#[from] SocketError),
     /// The socket path has no parent directory.
     #[error("{} has no parent directory", .0.display())]
@@ -83,6 +83,14 @@ pub enum CoworkError {
     /// The async runtime could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(io::Error),
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<DirError> for CoworkError {
+    fn from(e: DirError) -> Self {
+        CoworkError::Dir(e)
+    }
 }
 
 /// What `boxdesk cowork` was asked to do.

@@ -61,7 +61,7 @@ pub enum SandboxError {
     Refused(String),
     /// The agent refused or dropped the channel.
     #[error("agent channel: {0}")]
-    Channel(#[from] boxdesk_channel::ChannelError),
+    Channel(boxdesk_channel::ChannelError),
     /// A system call failed.
     #[error("{what}: {error}")]
     Os {
@@ -70,6 +70,14 @@ pub enum SandboxError {
         /// What the OS said (in the message, so not also its source).
         error: io::Error,
     },
+}
+
+/// By hand, not `#[from]`: the cause is in the message, so it is not a
+/// `source()` too (a `{e:#}` chain prints it once).
+impl From<boxdesk_channel::ChannelError> for SandboxError {
+    fn from(e: boxdesk_channel::ChannelError) -> Self {
+        SandboxError::Channel(e)
+    }
 }
 
 fn os(what: &'static str) -> impl FnOnce(io::Error) -> SandboxError {
