@@ -29,7 +29,7 @@ fn main() {
     );
 }
 
-/// The backends `cfg(target_os, target_arch)` compiles in (DESIGN.md:
+/// The backends `cfg(target_os, target_arch)` compiles in (docs/DESIGN.md:
 /// namespace and KVM on Linux, Hypervisor.framework on Apple silicon).
 fn backends(os: &str, arch: &str) -> &'static str {
     match (os, arch) {

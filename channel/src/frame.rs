@@ -1,4 +1,4 @@
-//! Frames: the [`Tag`]s of CHANNEL.md, the typed [`Frame`] enum and the one
+//! Frames: the [`Tag`]s of docs/CHANNEL.md, the typed [`Frame`] enum and the one
 //! decoder core every reader shares.
 //!
 //! Decoding is two steps so that no reader allocates before it knows the
@@ -42,7 +42,7 @@ pub enum FrameError {
     },
 }
 
-/// The frame discriminants of CHANNEL.md.
+/// The frame discriminants of docs/CHANNEL.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Tag {
@@ -222,7 +222,7 @@ impl Exec {
     }
 }
 
-/// One frame of CHANNEL.md.
+/// One frame of docs/CHANNEL.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// Tag 1: run a command with pipes.

@@ -1,5 +1,5 @@
 //! boxdesk-channel: the AGCH v3 wire protocol between a host and the guest
-//! agent (`CHANNEL.md`, byte by byte).
+//! agent (`docs/CHANNEL.md`, byte by byte).
 //!
 //! A session starts with both sides writing a 6-byte header (`"AGCH"`, `u16`
 //! version 3) and reading the peer's. Then frames flow both ways:

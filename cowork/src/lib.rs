@@ -1,6 +1,6 @@
 //! boxdesk-cowork: the cowork frontend, `boxdesk cowork -socket PATH`, a
 //! drop-in server for the helper protocol the Claude Desktop app speaks on
-//! Linux (`seeds/000_29b7676988e0ff03.txt`, `COWORK.md`). Linux only: on
+//! Linux (`docs/COWORK.md`). Linux only: on
 //! other hosts this crate is empty and the CLI says cowork needs Linux.
 //!
 //! Module map: [`envelope`] (framing, envelopes) → [`server`] (socket,
@@ -18,7 +18,7 @@
 //!
 //! Backend: which backend runs cowork's sandboxes is the `boxdesk`
 //! binary's decision, made before it calls [`main`] and handed over as
-//! [`Options::starter`] (COWORK.md's `auto` is the namespace backend until
+//! [`Options::starter`] (docs/COWORK.md's `auto` is the namespace backend until
 //! VMs can share host folders, so it refuses `BOXDESK_BACKEND=kvm|hvf`);
 //! nothing here names a backend. This crate builds on `boxdesk-sandbox` and
 //! `boxdesk-channel` and must never depend on `boxdesk-hv`,

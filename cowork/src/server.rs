@@ -1,5 +1,5 @@
 //! The socket server: accepts connections, checks peers, and runs each
-//! connection in one of the three modes of COWORK.md — one-shot, a
+//! connection in one of the three modes of docs/COWORK.md — one-shot, a
 //! persistent pipe whose requests run concurrently (replies out of order),
 //! or an event subscription.
 //!

@@ -22,7 +22,7 @@
 //!   broken pipe;
 //! * a peer that has not sent its whole header within [`HEADER_TIMEOUT`]
 //!   is closed; a wrong header is closed at once with no frame
-//!   (CHANNEL.md);
+//!   (docs/CHANNEL.md);
 //! * a flood is one log line, then at most one more per [`WARN_EVERY`].
 //!
 //! It must never block on a peer (every socket here is non-blocking), never

@@ -2,7 +2,7 @@
 //! it is PID 1 of the initramfs (mounts, hostname, loopback, reaping,
 //! power-off); in the namespace backend it is PID 1 of a pid namespace; in
 //! tests it is an ordinary child process. In every case it serves the AGCH
-//! v3 protocol of `CHANNEL.md`: files in (PutFile), files out (GetFile and
+//! v3 protocol of `docs/CHANNEL.md`: files in (PutFile), files out (GetFile and
 //! `/results`), and one exec or PTY exec per connection.
 //!
 //! # Threads, not tokio

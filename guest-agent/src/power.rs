@@ -26,7 +26,7 @@ pub enum PowerError {
 /// How long processes get between SIGTERM and SIGKILL at shutdown.
 const GRACE: Duration = Duration::from_millis(1000);
 
-/// The VM shutdown of CHANNEL.md: SIGTERM to every process, a short grace,
+/// The VM shutdown of docs/CHANNEL.md: SIGTERM to every process, a short grace,
 /// SIGKILL, sync, unmount what init mounted (best effort; after a switch to
 /// a `--rootfs` these are the same paths in the new root), remount `/`
 /// read-only, power off.

@@ -334,7 +334,7 @@ impl<'w> Pump<'w> {
                 let master = self.outputs.iter().find(|o| o.pty).map(|o| o.fd.as_fd());
                 let veof = || master.map_or(0x04, crate::pty::veof);
                 if self.stdin.push(data, veof).is_err() && !self.told_after_eof {
-                    // Answered once and the session continues (CHANNEL.md).
+                    // Answered once and the session continues (docs/CHANNEL.md).
                     self.told_after_eof = true;
                     self.queue(Frame::error("stdin data after stdin EOF ignored"))?;
                 }

@@ -36,7 +36,7 @@ use crate::reaper::{ExitSlot, Registry};
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Why an exec did not start. The message starts with the errno name and
-/// a colon (`ENOENT: …`), as CHANNEL.md requires.
+/// a colon (`ENOENT: …`), as docs/CHANNEL.md requires.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
     /// The system refused: no such program, bad cwd, no permission…

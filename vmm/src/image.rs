@@ -1,4 +1,4 @@
-//! Finding the guest image (kernel + initramfs) of an arch, in DESIGN.md's
+//! Finding the guest image (kernel + initramfs) of an arch, in docs/DESIGN.md's
 //! order: `--kernel`/`--initrd`, `$BOXDESK_IMAGE_DIR`, `target/images/<arch>`
 //! of a source checkout (found from the binary's path or the current
 //! directory), `$XDG_DATA_HOME/boxdesk/images/<arch>`, then `images/<arch>`

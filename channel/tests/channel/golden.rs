@@ -1,4 +1,4 @@
-//! Byte vectors written by hand from CHANNEL.md, one or more per tag: a
+//! Byte vectors written by hand from docs/CHANNEL.md, one or more per tag: a
 //! change of byte order or field order fails here.
 
 use boxdesk_channel::{Exec, Frame, FrameReader, SecretBytes, WinSize};

@@ -1,6 +1,6 @@
 //! [`MethodError`]: why a method failed. Its `Display` is the `error`
 //! string the client gets in a `success: false` reply, so the texts of
-//! COWORK.md (`Unknown method: <m>`) and those clients match on (`invalid
+//! docs/COWORK.md (`Unknown method: <m>`) and those clients match on (`invalid
 //! params for <method>`) are written here and nowhere else.
 //!
 //! Every message says its cause once: a variant wrapping another module's

@@ -1,4 +1,4 @@
-//! The methods of COWORK.md: [`call`] (the method table, in
+//! The methods of docs/COWORK.md: [`call`] (the method table, in
 //! `dispatch`) decodes a request's parameters (`params`) and runs its
 //! handler, grouped by what it acts on: `vm` (the profile's lifecycle
 //! and settings), `processes` and `spawn` (the process table),

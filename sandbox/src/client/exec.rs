@@ -7,7 +7,7 @@
 //! [`AsyncOutput`](super::AsyncOutput): Exit or TimedOut ends the exec; an
 //! Error is handed over and remembered, and when the agent then closes
 //! without an Exit the exec ends as [`Outcome::Refused`] with the first
-//! one (CHANNEL.md: "Exec of a missing program … → Error (no Exit), then
+//! one (docs/CHANNEL.md: "Exec of a missing program … → Error (no Exit), then
 //! close"; the Errors a session survives, such as a Resize on a pipe exec,
 //! are followed by more output and an Exit); a close with neither is
 //! [`AgentError::Closed`]. File frames (the sandbox's `/results`, sent

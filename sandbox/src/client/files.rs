@@ -12,7 +12,7 @@
 //! A file going out is PutFile frames of at most [`PUT_CHUNK`] bytes with
 //! contiguous offsets. When its source fails in the middle, the series is
 //! ended with a chunk at an impossible offset, so the agent discards the
-//! partial file (CHANNEL.md: a gap is an Error, the temporary file is
+//! partial file (docs/CHANNEL.md: a gap is an Error, the temporary file is
 //! removed) rather than renaming half a file into place.
 
 use std::fs::{self, File};

@@ -1,4 +1,4 @@
-//! The host side of the agent protocol (CHANNEL.md), once, for the CLI and
+//! The host side of the agent protocol (docs/CHANNEL.md), once, for the CLI and
 //! for cowork: getting through to a sandbox's agent, one exec with its
 //! input and output, PutFile and GetFile series, and how an exec's end
 //! becomes an exit status ([`status`]).
@@ -143,7 +143,7 @@ impl Endpoint {
 
 /// One handshaken session with the agent of a named sandbox. A session
 /// carries either file frames then at most one exec, or only file frames
-/// (CHANNEL.md "Session flow"); the methods that start an exec consume it.
+/// (docs/CHANNEL.md "Session flow"); the methods that start an exec consume it.
 pub struct Connection {
     session: Session,
     name: String,

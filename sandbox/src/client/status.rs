@@ -18,7 +18,7 @@
 //! execute"); an errno that is not about running a file (`EINVAL` for a
 //! malformed Exec, `EIO` for a PTY, `EAGAIN` for a full agent) is boxdesk
 //! failing, not the command. Cowork shows a signal by its name rather than
-//! as `128 + N` (CHANNEL.md), and a timeout as the SIGKILL it was; every
+//! as `128 + N` (docs/CHANNEL.md), and a timeout as the SIGKILL it was; every
 //! number it shows comes from here.
 //!
 //! This module is pure: no I/O, no policy about what a front end prints.
@@ -56,7 +56,7 @@ pub enum Outcome {
     TimedOut,
     /// The agent answered with this Error and closed without an Exit: the
     /// command did not start (or the session failed). The message starts
-    /// with an errno name (`ENOENT: …`), as CHANNEL.md requires.
+    /// with an errno name (`ENOENT: …`), as docs/CHANNEL.md requires.
     Refused(String),
 }
 

@@ -1,5 +1,5 @@
-//! The host control socket `<name>.sock` (DESIGN.md "Host control
-//! socket"): the pure protocol, the helper's server and the CLI's client.
+//! The host control socket `<name>.sock` (docs/CONTROL.md):
+//! the pure protocol, the helper's server and the CLI's client.
 //!
 //! This module owns the wire contract of that socket and nothing about
 //! sandboxes themselves: what `info` says and what `stop` does are the

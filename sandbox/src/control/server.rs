@@ -4,8 +4,8 @@
 //! request lines and answers them from a [`Controlled`] (a
 //! [`crate::keeper::Keeper`], which holds one running [`crate::Sandbox`]).
 //!
-//! This module owns the per-connection rules of DESIGN.md's "Host control
-//! socket": peers of another uid are refused, a bad line ends only its own
+//! This module owns the per-connection rules of docs/CONTROL.md:
+//! peers of another uid are refused, a bad line ends only its own
 //! connection, the connection stays open after `info` and `err` replies,
 //! and `stop` is answered `ok` before teardown begins. It also owns its
 //! limits: at most [`MAX_CONNECTIONS`] at once (then `err too many

@@ -1,5 +1,5 @@
 //! The namespace backend (Linux only): the bubblewrap command line that
-//! builds the sandbox of DESIGN.md's "Namespace sandbox layout", and
+//! builds the sandbox of docs/DESIGN.md's "Namespace sandbox layout", and
 //! starting it. One builder ([`Spec::new`]) makes the spec of every
 //! namespace sandbox, `boxdesk run`'s and cowork's alike, so none of them
 //! can miss a protection.

@@ -1,5 +1,5 @@
 //! The aarch64 guest's physical address space: devices and the GIC in the
-//! first 2 GiB, RAM from 2 GiB up (DESIGN.md, "Per-arch guest layout").
+//! first 2 GiB, RAM from 2 GiB up (docs/DESIGN.md, "Per-arch guest layout").
 //!
 //! ```text
 //! 0x0800_0000  GICv3 distributor            64 KiB
