@@ -29,7 +29,7 @@ use boxdesk_channel::codec::handshake;
 use boxdesk_platform::sync::lock;
 use boxdesk_sandbox::keeper::{End, Keeper, KeeperError, Starter};
 use boxdesk_sandbox::lock::LockError;
-use boxdesk_sandbox::running::{AgentAddress, Net as SpecNet, Resources, SandboxSpec, Share};
+use boxdesk_sandbox::running::{Endpoint, Net as SpecNet, Resources, SandboxSpec, Share};
 use boxdesk_sandbox::state::StateError;
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
@@ -160,7 +160,7 @@ pub struct Sandbox {
     name: String,
     sandbox: Arc<dyn boxdesk_sandbox::Sandbox>,
     keeper: Arc<Keeper>,
-    agent: AgentAddress,
+    agent: Endpoint,
     dead: Arc<AtomicBool>,
     died: Arc<Notify>,
     pool: Mutex<Vec<UnixStream>>,
@@ -300,8 +300,8 @@ impl Sandbox {
 
     async fn connect(&self) -> Result<UnixStream, SandboxError> {
         let (path, port) = match &self.agent {
-            AgentAddress::Unix(path) => (path, None),
-            AgentAddress::Hybrid { path, port } => (path, Some(*port)),
+            Endpoint::Unix(path) => (path, None),
+            Endpoint::Hybrid { path, port } => (path, Some(*port)),
         };
         let mut s = UnixStream::connect(path)
             .await

@@ -1,7 +1,7 @@
 //! A running sandbox, whatever backs it: the [`Sandbox`] trait its owner
 //! holds one of (the helper process `boxdesk __vmm`; later cowork), the
 //! [`SandboxSpec`] every backend starts from, what `info` says of it
-//! ([`Info`]), how a client reaches its agent ([`AgentAddress`]), how it
+//! ([`Info`]), how a client reaches its agent ([`Endpoint`]), how it
 //! ended ([`Ended`]) and why it could not start ([`StartError`]).
 //!
 //! Two backends implement it: `crate::namespace::running::NamespaceSandbox`
@@ -171,21 +171,9 @@ impl SandboxSpec {
     }
 }
 
-/// How a client reaches a sandbox's agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentAddress {
-    /// A Unix socket the agent itself answers on: connect, then the channel
-    /// handshake.
-    Unix(PathBuf),
-    /// A hybrid-vsock Unix socket: connect, `CONNECT <port>\n`, `OK …\n`,
-    /// then the channel handshake.
-    Hybrid {
-        /// The socket.
-        path: PathBuf,
-        /// The agent's port.
-        port: u32,
-    },
-}
+/// How a client reaches a sandbox's agent: the agent client's own type (a
+/// Unix socket the agent answers on, or a hybrid-vsock socket and port).
+pub use crate::client::Endpoint;
 
 /// What `info` says of a sandbox: the keys every backend reports, then the
 /// backend's own.
@@ -274,13 +262,13 @@ pub trait Sandbox: Send + Sync {
     fn wait_ready(&self) -> Result<(), StartError>;
 
     /// How a client reaches the agent.
-    fn agent(&self) -> AgentAddress;
+    fn agent(&self) -> Endpoint;
 
     /// How the process holding the sandbox reaches the agent: where the
     /// backend has a shorter way for its owner than [`Sandbox::agent`]
     /// (a namespace sandbox's own agent socket, without the forwarding of
     /// the hybrid socket in front of it), that one.
-    fn owner_agent(&self) -> AgentAddress {
+    fn owner_agent(&self) -> Endpoint {
         self.agent()
     }
 
@@ -350,8 +338,8 @@ mod tests {
         fn wait_ready(&self) -> Result<(), StartError> {
             Ok(())
         }
-        fn agent(&self) -> AgentAddress {
-            AgentAddress::Hybrid {
+        fn agent(&self) -> Endpoint {
+            Endpoint::Hybrid {
                 path: "/b.agent".into(),
                 port: 1024,
             }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use boxdesk_channel::{Frame, Session, AGENT_PORT};
 use boxdesk_platform::socket::{self, SocketError, Staleness};
 use boxdesk_sandbox::running::{
-    AgentAddress, Ended, Info, Net, Rootfs, Sandbox, SandboxSpec, StartError,
+    Ended, Endpoint, Info, Net, Rootfs, Sandbox, SandboxSpec, StartError,
 };
 
 use crate::image::{self, ImageError};
@@ -229,8 +229,8 @@ impl Sandbox for VmSandbox {
         }
     }
 
-    fn agent(&self) -> AgentAddress {
-        AgentAddress::Hybrid {
+    fn agent(&self) -> Endpoint {
+        Endpoint::Hybrid {
             path: self.agent.clone(),
             port: AGENT_PORT,
         }

@@ -44,9 +44,7 @@ use crate::cgroup::{self, CgroupError};
 use crate::forward::{self, AgentAddr};
 use crate::keeper::{Keeper, Starter};
 use crate::log;
-use crate::running::{
-    AgentAddress, Ended, Info, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
-};
+use crate::running::{Ended, Endpoint, Info, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError};
 use crate::state::Owner;
 
 /// How long the agent may take to answer its first handshake.
@@ -516,18 +514,18 @@ impl Sandbox for NamespaceSandbox {
         Ok(())
     }
 
-    fn agent(&self) -> AgentAddress {
+    fn agent(&self) -> Endpoint {
         match &self.inner.front {
-            Some(path) => AgentAddress::Hybrid {
+            Some(path) => Endpoint::Hybrid {
                 path: path.clone(),
                 port: boxdesk_channel::AGENT_PORT,
             },
-            None => AgentAddress::Unix(self.inner.agent.path().to_owned()),
+            None => Endpoint::Unix(self.inner.agent.path().to_owned()),
         }
     }
 
-    fn owner_agent(&self) -> AgentAddress {
-        AgentAddress::Unix(self.inner.agent.path().to_owned())
+    fn owner_agent(&self) -> Endpoint {
+        Endpoint::Unix(self.inner.agent.path().to_owned())
     }
 
     fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, StartError> {
