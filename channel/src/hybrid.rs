@@ -36,10 +36,12 @@
 //!   server never holds more than [`REQUEST_MAX`] bytes of it (the longest
 //!   valid line, `CONNECT 4294967294\n`) and a refusal never waits for the
 //!   rest of a bad line.
-//! * **Bytes after the `\n` are the stream's**: a client may send them
-//!   right behind its line (ours sends its AGCH header in the same write)
-//!   and a server hands them to the stream once it is up, in order, before
-//!   anything it reads later.
+//! * **Bytes after the `\n` are the stream's**: our servers hand bytes a
+//!   client sent right behind its line to the stream once it is up, in
+//!   order, before anything they read later. Our client still waits for
+//!   `OK` before it writes more: other hybrid-vsock servers
+//!   (vhost-device-vsock, checked by `images/check-qemu.sh`) do not keep
+//!   them.
 //! * **A refusal is one `ERR <why>\n` line, then close**: [`Refusal`] is
 //!   every reason and [`Refusal::reply`] its line. The line never quotes
 //!   what the client sent.

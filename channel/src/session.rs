@@ -242,21 +242,19 @@ impl Write for Deadline<'_> {
 }
 
 /// The hybrid preamble and the handshake in as few system calls as they
-/// allow: `CONNECT <port>\n` and our session header in one write (the
-/// server keeps bytes behind the line for the stream: [`hybrid`]'s rules),
-/// then reads of up to a whole reply and header at once (the agent's
-/// header follows the `OK` line at once, both sides writing first). What
-/// was read past the peer's header is returned, for the session's reader.
+/// allow: `CONNECT <port>\n`, then reads of up to a whole reply and header
+/// at once (the agent's header follows the `OK` line at once, both sides
+/// writing first), our session header once `OK` is in (a server need not
+/// keep bytes sent behind the line: vhost-device-vsock does not). What was
+/// read past the peer's header is returned, for the session's reader.
 fn hybrid_handshake(s: &mut (impl Read + Write), port: u32) -> Result<Vec<u8>, ChannelError> {
     let refused = |why: &dyn std::fmt::Display| Err(ChannelError::HybridRefused(why.to_string()));
     if !(1..=hybrid::MAX_PORT).contains(&port) {
         return refused(&hybrid::ConnectError::PortRange);
     }
-    let mut hello = hybrid::request(port).into_bytes();
-    hello.extend_from_slice(&session_header());
     // A server that refuses at once (another uid, its cap) may close before
     // our write: its `ERR` line is still there to read, the better error.
-    let wrote = s.write_all(&hello);
+    let wrote = s.write_all(hybrid::request(port).as_bytes());
     let mut buf = [0u8; hybrid::REPLY_MAX + HEADER_LEN];
     let mut got = 0;
     let line = loop {
@@ -289,6 +287,7 @@ fn hybrid_handshake(s: &mut (impl Read + Write), port: u32) -> Result<Vec<u8>, C
         }
     };
     wrote?;
+    s.write_all(&session_header())?;
     let header_end = line + HEADER_LEN;
     if got < header_end {
         read_exact_or_eof(s, &mut buf[got..header_end], "the session header")?;

@@ -518,7 +518,8 @@ mod tests {
             tx.send(got).unwrap();
         });
         let mut c = UnixStream::connect(&front_path).unwrap();
-        // As the client does: its session header in the same write.
+        // As a client may (ours waits for `OK`): its session header in the
+        // same write.
         c.write_all(b"CONNECT 1024\nAGCH\x03\x00").unwrap();
         let mut ok = [0u8; 9];
         c.read_exact(&mut ok).unwrap();
