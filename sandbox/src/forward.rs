@@ -422,16 +422,8 @@ mod tests {
 
     #[test]
     fn bytes_flow_both_ways_and_a_half_close_is_passed_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let agent_path = dir.path().join("a.sock");
-        let agent_l = UnixListener::bind(&agent_path).unwrap();
-        let front_path = dir.path().join("front.sock");
-        let front = UnixListener::bind(&front_path).unwrap();
-        let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
-        std::thread::spawn(move || serve(front, addr));
         // An echo agent that answers after its peer half-closes.
-        std::thread::spawn(move || {
-            let (mut s, _) = agent_l.accept().unwrap();
+        let (_dir, front_path) = front_to_agent(|mut s| {
             let mut got = Vec::new();
             s.read_to_end(&mut got).unwrap();
             s.write_all(&got).unwrap();
@@ -444,11 +436,11 @@ mod tests {
         assert_eq!(all, "OK 49153\nhello");
     }
 
-    /// A front socket relaying to an agent that runs `agent_fn` on its one
-    /// connection.
-    fn relayed(
+    /// A front socket (its path returned) serving in front of an agent that
+    /// runs `agent_fn` on its one connection.
+    fn front_to_agent(
         agent_fn: impl FnOnce(UnixStream) + Send + 'static,
-    ) -> (tempfile::TempDir, UnixStream) {
+    ) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let agent_path = dir.path().join("a.sock");
         let agent_l = UnixListener::bind(&agent_path).unwrap();
@@ -457,6 +449,14 @@ mod tests {
         let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
         std::thread::spawn(move || serve(front, addr));
         std::thread::spawn(move || agent_fn(agent_l.accept().unwrap().0));
+        (dir, front_path)
+    }
+
+    /// [`front_to_agent`], connected and past the `CONNECT` line.
+    fn relayed(
+        agent_fn: impl FnOnce(UnixStream) + Send + 'static,
+    ) -> (tempfile::TempDir, UnixStream) {
+        let (dir, front_path) = front_to_agent(agent_fn);
         let mut c = UnixStream::connect(&front_path).unwrap();
         c.write_all(b"CONNECT 1024\n").unwrap();
         let mut ok = [0u8; 9];
@@ -504,17 +504,10 @@ mod tests {
 
     #[test]
     fn bytes_written_behind_the_connect_line_reach_the_agent_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let agent_path = dir.path().join("a.sock");
-        let agent_l = UnixListener::bind(&agent_path).unwrap();
-        let front_path = dir.path().join("front.sock");
-        let front = UnixListener::bind(&front_path).unwrap();
-        let addr = Arc::new(AgentAddr::new(&agent_path).unwrap());
-        std::thread::spawn(move || serve(front, addr));
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
+        let (_dir, front_path) = front_to_agent(move |mut s| {
             let mut got = Vec::new();
-            agent_l.accept().unwrap().0.read_to_end(&mut got).unwrap();
+            s.read_to_end(&mut got).unwrap();
             tx.send(got).unwrap();
         });
         let mut c = UnixStream::connect(&front_path).unwrap();

@@ -16,6 +16,24 @@ fn temp_sock(name: &str) -> PathBuf {
     dir.join("s.sock")
 }
 
+/// A one-connection hybrid server at a fresh socket: it reads the client's
+/// line, checks it is `CONNECT 1024\n`, then runs `after` on the stream.
+fn hybrid_server(
+    name: &str,
+    after: impl FnOnce(UnixStream) + Send + 'static,
+) -> (PathBuf, thread::JoinHandle<()>) {
+    let path = temp_sock(name);
+    let l = UnixListener::bind(&path).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut line = [0u8; 13];
+        s.read_exact(&mut line).unwrap();
+        assert_eq!(&line, b"CONNECT 1024\n");
+        after(s);
+    });
+    (path, server)
+}
+
 /// A one-connection echo agent: handshake, then every frame read is
 /// written back, until EOF.
 fn echo(mut s: UnixStream) {
@@ -42,13 +60,7 @@ fn a_unix_session_exchanges_frames_both_ways() {
 
 #[test]
 fn a_hybrid_session_sends_connect_and_starts_after_the_ok_line() {
-    let path = temp_sock("hybrid");
-    let l = UnixListener::bind(&path).unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut line = [0u8; 13];
-        s.read_exact(&mut line).unwrap();
-        assert_eq!(&line, b"CONNECT 1024\n");
+    let (path, server) = hybrid_server("hybrid", |mut s| {
         // The OK line and the agent's header in one write: the client must
         // not swallow header bytes while reading the line.
         s.write_all(b"OK 1073741824\nAGCH\x03\x00").unwrap();
@@ -64,12 +76,7 @@ fn a_hybrid_session_sends_connect_and_starts_after_the_ok_line() {
 
 #[test]
 fn a_hybrid_refusal_is_a_clear_error() {
-    let path = temp_sock("refused");
-    let l = UnixListener::bind(&path).unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut line = [0u8; 13];
-        s.read_exact(&mut line).unwrap();
+    let (path, server) = hybrid_server("refused", |mut s| {
         s.write_all(b"ERR no listener on port 1024\n").unwrap();
     });
     let err = Session::connect_hybrid(&path, 1024).err().unwrap();
@@ -122,13 +129,7 @@ fn a_hybrid_peer_that_trickles_its_answer_is_given_up_on_at_one_deadline() {
 
 #[test]
 fn a_hybrid_client_writes_its_header_only_after_ok_and_keeps_what_follows_the_ok() {
-    let path = temp_sock("pipelined");
-    let l = UnixListener::bind(&path).unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut line = [0u8; 13];
-        s.read_exact(&mut line).unwrap();
-        assert_eq!(&line, b"CONNECT 1024\n");
+    let (path, server) = hybrid_server("pipelined", |mut s| {
         // Nothing behind the line until we answer: not every hybrid server
         // keeps such bytes for the stream (vhost-device-vsock drops them).
         thread::sleep(Duration::from_millis(100));
@@ -177,12 +178,7 @@ fn a_hybrid_server_that_refuses_and_closes_at_once_is_read_not_a_broken_pipe() {
 
 #[test]
 fn a_malformed_hybrid_answer_is_refused_naming_it() {
-    let path = temp_sock("malformed");
-    let l = UnixListener::bind(&path).unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut line = [0u8; 13];
-        s.read_exact(&mut line).unwrap();
+    let (path, server) = hybrid_server("malformed", |mut s| {
         s.write_all(b"OK +1\nAGCH\x03\x00").unwrap();
     });
     let err = Session::connect_hybrid(&path, 1024).err().unwrap();
