@@ -28,7 +28,7 @@ use virtio_bindings::virtio_blk::{
 };
 use virtio_bindings::virtio_ids::VIRTIO_ID_BLOCK;
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
 
 use crate::virtio::{ActivateError, Interrupt, Memory, VirtioDevice, VIRTIO_F_VERSION_1};
 
@@ -178,7 +178,7 @@ fn parse_chain(mem: &Memory, chain: DescriptorChain<&Memory>) -> Result<Chain, B
         if len == 0 {
             continue;
         }
-        if !mem.check_range(addr, len as usize, Permissions::ReadWrite) {
+        if !mem.check_range(addr, len as usize) {
             return Err(BlkError::OutsideMemory { addr: addr.0, len });
         }
         let seg = Segment {

@@ -62,10 +62,10 @@ mod kvm {
         }
     }
 
-    fn ram(code: &[u8]) -> GuestRegionMmap {
+    fn ram(code: &[u8]) -> std::sync::Arc<GuestRegionMmap> {
         let ram = GuestRegionMmap::new(MmapRegion::new(RAM).unwrap(), GuestAddress(0)).unwrap();
         ram.write_slice(code, MemoryRegionAddress(CODE)).unwrap();
-        ram
+        std::sync::Arc::new(ram)
     }
 
     /// Points a trait vCPU at CODE: real mode at 0 (x86_64), EL1h (aarch64).

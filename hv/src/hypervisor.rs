@@ -8,6 +8,8 @@
 //! owned values ([`VcpuExit`]); reads are answered through
 //! [`Vcpu::complete_read`]. No guest layout is decided here.
 
+use std::sync::Arc;
+
 use vm_memory::bitmap::Bitmap;
 use vm_memory::GuestRegionMmap;
 
@@ -36,13 +38,13 @@ pub trait Vm: Send + Sync {
     /// The vCPU type this VM creates.
     type Vcpu: Vcpu;
 
-    /// Maps `region` (owned by `vm_memory`) at its guest address. The VM
-    /// keeps the region's host mapping alive until it is unmapped or the VM
+    /// Maps `region` at its guest address. The VM holds a reference to the
+    /// region, keeping its host mapping alive until it is unmapped or the VM
     /// is dropped. Address and size must be multiples of
     /// [`Capabilities::page_size`]; regions must not overlap.
     fn map_memory<B>(
         &self,
-        region: &GuestRegionMmap<B>,
+        region: &Arc<GuestRegionMmap<B>>,
         flags: MapFlags,
     ) -> Result<MemorySlot, HvError>
     where

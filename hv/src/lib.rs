@@ -15,6 +15,7 @@
 //! let hv = DefaultHypervisor::open()?;
 //! let vm = hv.create_vm(&VmConfig::default())?;
 //! let ram: GuestRegionMmap = GuestRegionMmap::new(MmapRegion::new(0x10_0000)?, GuestAddress(0)).unwrap();
+//! let ram = std::sync::Arc::new(ram); // the VM holds it while mapped
 //! ram.write_slice(&[0xe6, 0x10, 0xf4], MemoryRegionAddress(0))?; // out 0x10, al; hlt
 //! vm.map_memory(&ram, MapFlags::default())?;
 //!

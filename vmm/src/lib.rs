@@ -31,7 +31,7 @@ use boxdesk_devices::console::SharedConsole;
 use boxdesk_devices::virtio::mmio::MmioTransport;
 use boxdesk_devices::virtio::{Memory, VirtioDevice};
 use boxdesk_hv::{DefaultHypervisor, Hypervisor, MapFlags, Vm as _};
-use vm_memory::GuestMemoryBackend as _;
+use vm_memory::{GuestAddress, GuestRegionMmap, MmapRegion};
 
 /// The host's hypervisor VM type (KVM on Linux, HVF on macOS).
 pub type HvVm = <DefaultHypervisor as Hypervisor>::Vm;
@@ -212,8 +212,7 @@ impl RunningVm {
             return Err(VmmError::Vcpus(spec.vcpus, max));
         }
         let mem_bytes = u64::from(spec.mem_mib) << 20;
-        let mem = Memory::from_ranges(&host::ram_regions(mem_bytes))
-            .map_err(|e| VmmError::Alloc(e.to_string()))?;
+        let (mem, regions) = guest_ram(&host::ram_regions(mem_bytes))?;
         let open = |p: &PathBuf| {
             File::open(p).map_err(|source| VmmError::Open {
                 path: p.clone(),
@@ -223,7 +222,7 @@ impl RunningVm {
         let loaded = host::load(&mem, &mut open(&spec.kernel)?, &mut open(&spec.initrd)?)?;
 
         let vm = Arc::new(hv.create_vm(&host::vm_config(spec.vcpus))?);
-        for region in mem.iter() {
+        for region in &regions {
             vm.map_memory(region, MapFlags::default())?;
         }
 
@@ -359,6 +358,25 @@ impl Drop for RunningVm {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Anonymous guest RAM over `ranges`, and its regions (the VM holds them
+/// while they are mapped).
+pub(crate) fn guest_ram(
+    ranges: &[(GuestAddress, usize)],
+) -> Result<(Memory, Vec<Arc<GuestRegionMmap>>), VmmError> {
+    let alloc = |e: &dyn std::fmt::Display| VmmError::Alloc(e.to_string());
+    let regions = ranges
+        .iter()
+        .map(|&(at, size)| {
+            let mapping = MmapRegion::new(size).map_err(|e| alloc(&e))?;
+            GuestRegionMmap::new(mapping, at)
+                .map(Arc::new)
+                .ok_or_else(|| alloc(&"a region past the end of the address space"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mem = Memory::from_arc_regions(regions.clone()).map_err(|e| alloc(&e))?;
+    Ok((mem, regions))
 }
 
 fn console_tail(console: &SharedConsole) -> String {

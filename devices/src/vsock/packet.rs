@@ -11,7 +11,7 @@
 
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend};
+use vm_memory::{Bytes, GuestAddress, GuestMemory};
 
 use crate::virtio::Memory;
 
@@ -189,7 +189,7 @@ fn segments(
             return Err(ChainError::WrongDirection);
         }
         let len = desc.len() as usize;
-        if len > 0 && !GuestMemoryBackend::check_range(mem, desc.addr(), len) {
+        if len > 0 && !GuestMemory::check_range(mem, desc.addr(), len) {
             return Err(ChainError::OutsideMemory {
                 addr: desc.addr().0,
                 len: desc.len(),

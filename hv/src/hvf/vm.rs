@@ -145,7 +145,7 @@ impl Vm for HvfVm {
 
     fn map_memory<B>(
         &self,
-        region: &GuestRegionMmap<B>,
+        region: &Arc<GuestRegionMmap<B>>,
         flags: MapFlags,
     ) -> Result<MemorySlot, HvError>
     where

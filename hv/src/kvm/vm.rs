@@ -106,7 +106,7 @@ impl Vm for KvmVm {
 
     fn map_memory<B>(
         &self,
-        region: &GuestRegionMmap<B>,
+        region: &Arc<GuestRegionMmap<B>>,
         flags: MapFlags,
     ) -> Result<MemorySlot, HvError>
     where

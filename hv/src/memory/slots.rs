@@ -26,17 +26,16 @@ pub(crate) struct Slot {
 impl Slot {
     /// The slot for `region`: its guest range and host pages, holding the
     /// host mapping alive for as long as the slot exists.
-    pub fn of_region<B>(region: &GuestRegionMmap<B>, flags: MapFlags) -> Self
+    pub fn of_region<B>(region: &Arc<GuestRegionMmap<B>>, flags: MapFlags) -> Self
     where
         B: Bitmap + Send + Sync + 'static,
     {
-        let mapping = region.get_mmap();
         Self {
             guest: region.start_addr().0,
             size: region.len(),
-            host: mapping.as_ptr() as usize,
+            host: region.as_ptr() as usize,
             flags,
-            _owner: mapping,
+            _owner: region.clone(),
         }
     }
 }

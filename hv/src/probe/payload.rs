@@ -29,8 +29,9 @@ fn try_run<H: Hypervisor>(deadline: Duration) -> Result<Outcome, HvError> {
     let hv = H::open()?;
     let vm = hv.create_vm(&VmConfig::default())?;
     let ram = MmapRegion::new(RAM_SIZE).map_err(|_| HvError::Unsupported("probe memory"))?;
-    let ram =
-        GuestRegionMmap::new(ram, GuestAddress(0)).ok_or(HvError::Unsupported("probe memory"))?;
+    let ram = GuestRegionMmap::new(ram, GuestAddress(0))
+        .map(std::sync::Arc::new)
+        .ok_or(HvError::Unsupported("probe memory"))?;
     let mut vcpu = vm.create_vcpu(0)?;
     vm.finalize()?;
     let mut regs = vcpu.get_regs()?;

@@ -67,15 +67,16 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Anonymous guest RAM of `size` bytes at `guest`.
-pub fn ram(guest: u64, size: usize) -> GuestRegionMmap {
-    GuestRegionMmap::new(MmapRegion::new(size).unwrap(), GuestAddress(guest)).unwrap()
+pub fn ram(guest: u64, size: usize) -> std::sync::Arc<GuestRegionMmap> {
+    let region = GuestRegionMmap::new(MmapRegion::new(size).unwrap(), GuestAddress(guest));
+    std::sync::Arc::new(region.unwrap())
 }
 
 /// A VM with one vCPU on this thread, and the regions it maps.
 pub struct Guest<H: Hypervisor> {
     pub vm: H::Vm,
     pub vcpu: <H::Vm as Vm>::Vcpu,
-    pub regions: Vec<(GuestRegionMmap, MemorySlot)>,
+    pub regions: Vec<(std::sync::Arc<GuestRegionMmap>, MemorySlot)>,
     watchdog: Watchdog,
 }
 

@@ -10,7 +10,7 @@
 
 use std::io::{self, Read, Seek, SeekFrom};
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, ReadVolatile};
+use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, ReadVolatile};
 
 use super::layout::{FDT_MAX_SIZE, RAM_START};
 use super::ArchError;

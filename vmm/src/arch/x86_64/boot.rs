@@ -148,7 +148,7 @@ mod tests {
     fn e820(p: &boot_params) -> Vec<(u64, u64, u32)> {
         p.e820_table[..usize::from(p.e820_entries)]
             .iter()
-            .map(|e| (e.addr, e.size, e.r#type))
+            .map(|e| (e.addr, e.size, e.type_))
             .collect()
     }
 

@@ -17,7 +17,7 @@
 //! 0x1_0000_0000  RAM above the hole
 //! ```
 
-use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::{GuestAddress, GuestMemory, GuestMemoryMmap, GuestMemoryRegion};
 
 /// GDT: null, 64-bit code, data, TSS (8 bytes each).
 pub const GDT_START: u64 = 0x500;

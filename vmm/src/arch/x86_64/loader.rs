@@ -272,7 +272,7 @@ where
             "a zImage (loaded below 1 MiB), not a bzImage".into(),
         ));
     }
-    if u16_at(head, 0x236) & XLF_KERNEL_64 == 0 {
+    if u32::from(u16_at(head, 0x236)) & XLF_KERNEL_64 == 0 {
         return Err(ArchError::UnsupportedKernel(
             "a bzImage without a 64-bit entry point (XLF_KERNEL_64 clear)".into(),
         ));
@@ -408,7 +408,7 @@ pub(super) mod tests {
         f[0x22c..0x230].copy_from_slice(&0x7fff_ffffu32.to_le_bytes()); // initrd_addr_max
         f[0x230..0x234].copy_from_slice(&0x20_0000u32.to_le_bytes()); // kernel_alignment
         f[0x234] = 1; // relocatable
-        f[0x236..0x238].copy_from_slice(&(XLF_KERNEL_64 | 2).to_le_bytes());
+        f[0x236..0x238].copy_from_slice(&((XLF_KERNEL_64 | 2) as u16).to_le_bytes());
         f[0x238..0x23c].copy_from_slice(&2047u32.to_le_bytes()); // cmdline_size
         f[0x258..0x260].copy_from_slice(&0x100_0000u64.to_le_bytes()); // pref_address
         f[0x260..0x264].copy_from_slice(&0x10_0000u32.to_le_bytes()); // init_size

@@ -164,7 +164,7 @@ fn setup_boot_cpu(
 mod tests {
     use boxdesk_hv::kvm::Kvm;
     use boxdesk_hv::{Hypervisor, MapFlags, Vm, VmConfig};
-    use vm_memory::{Bytes, GuestMemoryBackend};
+    use vm_memory::Bytes;
 
     use super::super::layout::{ram_regions, KVM_TSS_ADDR, PML4_START};
     use super::super::msr::{MSR_IA32_MISC_ENABLE, MSR_LSTAR, MSR_MTRR_DEF_TYPE};
@@ -203,8 +203,8 @@ mod tests {
                 tss_addr: Some(KVM_TSS_ADDR),
             })
             .unwrap();
-        let mem = GuestMemoryMmap::from_ranges(&ram_regions(256 << 20)).unwrap();
-        for region in mem.iter() {
+        let (mem, regions) = crate::guest_ram(&ram_regions(256 << 20)).unwrap();
+        for region in &regions {
             vm.map_memory(region, MapFlags::default()).unwrap();
         }
         let supported = kvm.supported_cpuid().unwrap();

@@ -118,7 +118,7 @@ pub fn write_zero_page(
         *slot = boot_e820_entry {
             addr: e.addr,
             size: e.size,
-            r#type: e.kind,
+            type_: e.kind,
         };
     }
     params.e820_entries = map.len() as u8;
