@@ -6,7 +6,8 @@
 //! * [`bus`] — the address → device map a vCPU's MMIO/PIO exit goes to;
 //! * [`virtio`] — the virtio-mmio (v2) transport and the [`virtio::VirtioDevice`]
 //!   contract; [`vsock`] (virtio-vsock with the hybrid Unix-socket muxer)
-//!   and [`blk`] (virtio-blk over a raw file) implement it;
+//!   [`blk`] (virtio-blk over a raw file) and `fs` (virtio-fs: a host
+//!   directory served in-process, Linux hosts) implement it;
 //! * [`serial`] — the 8250 UART (`vm-superio`), x86_64's console;
 //!   [`i8042`] — the reset line;
 //! * [`pl011`] — the Arm PL011 UART, aarch64's console; [`pl031`] — the
@@ -23,6 +24,8 @@
 pub mod blk;
 pub mod bus;
 pub mod console;
+#[cfg(target_os = "linux")]
+pub mod fs;
 pub mod i8042;
 pub mod irq;
 pub mod pl011;
