@@ -56,6 +56,9 @@ pub enum BackendError {
         vm = Backend::HOST_VM
     )]
     BootsNothing(Backend),
+    /// `--share` or `--root host` asked of a backend with no file server.
+    #[error("--share and --root host are not available with the {0} backend: boxdesk's virtio-fs server runs on Linux hosts only (it needs O_PATH and /proc/self/fd); use a Linux host")]
+    NoShares(Backend),
 }
 
 /// The `run` flags that only some backends can honour.
@@ -65,6 +68,8 @@ pub struct Asks {
     pub net: bool,
     /// `--kernel`, `--initrd` or `--rootfs`: what a VM boots.
     pub boot: bool,
+    /// `--share` or `--root host`: host folders inside.
+    pub shares: bool,
 }
 
 impl FromStr for Backend {
@@ -115,6 +120,9 @@ impl Backend {
         }
         if !self.is_vm() && asks.boot {
             return Err(BackendError::BootsNothing(self));
+        }
+        if self == Backend::Hvf && asks.shares {
+            return Err(BackendError::NoShares(self));
         }
         Ok(())
     }

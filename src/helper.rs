@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use boxdesk_sandbox::keeper::{End, Keeper, KeeperError};
-use boxdesk_sandbox::running::{Ended, Net, Rootfs, Sandbox, SandboxSpec, StartError};
+use boxdesk_sandbox::running::{Ended, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 
 pub use boxdesk_vmm::sandbox::DEFAULT_MEM_MIB;
@@ -51,6 +51,10 @@ pub struct HelperOptions {
     /// failed start; otherwise held open until the helper exits, so the
     /// starter sees end-of-file exactly when the helper is gone.
     pub ready: Option<OwnedFd>,
+    /// Host paths shared in (`--share`), in order.
+    pub shares: Vec<Share>,
+    /// `--root host`: the host's system as `/` (a VM's over virtio-fs).
+    pub root_host: bool,
     /// Boot a VM (the `kvm` or `hvf` backend) instead of a namespace sandbox.
     pub vm: Option<VmOptions>,
 }
@@ -164,6 +168,10 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
     spec.resources.pids = opts.pids;
     spec.resources.tmp_bytes = opts.tmp_bytes;
     spec.net = if opts.net { Net::Host } else { Net::None };
+    spec.shares.clone_from(&opts.shares);
+    if opts.root_host {
+        spec.rootfs = Rootfs::Host;
+    }
     let paths = keeper.paths();
     if let Some(v) = &opts.vm {
         if let Some((path, writable)) = &v.rootfs {

@@ -35,6 +35,7 @@ pub mod beneath;
 pub mod dirs;
 pub mod limits;
 pub mod names;
+pub mod pathcode;
 pub mod probe;
 pub mod socket;
 pub mod sync;

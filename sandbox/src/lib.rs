@@ -43,6 +43,7 @@ pub mod namespace;
 pub mod running;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
+pub mod share_arg;
 pub mod state;
 
 pub use running::Sandbox;

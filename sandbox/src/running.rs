@@ -99,6 +99,23 @@ pub struct Share {
     pub follows_mounts: bool,
 }
 
+impl Share {
+    /// The `info` word of shares: `HOST:INSIDE:rw|ro` each, paths
+    /// percent-encoded (`boxdesk_platform::pathcode`), space-separated;
+    /// `none` when there are none.
+    pub fn info_word(shares: &[Share]) -> String {
+        use boxdesk_platform::pathcode::encode;
+        if shares.is_empty() {
+            return "none".into();
+        }
+        let one = |s: &Share| {
+            let mode = if s.writable { "rw" } else { "ro" };
+            format!("{}:{}:{mode}", encode(&s.host), encode(&s.inside))
+        };
+        shares.iter().map(one).collect::<Vec<_>>().join(" ")
+    }
+}
+
 /// What the sandbox's `/` is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Rootfs {
@@ -106,6 +123,10 @@ pub enum Rootfs {
     /// guest image's initramfs (VM).
     #[default]
     Default,
+    /// The host's own system, read-only (`--root host`): the namespace
+    /// backend's default; a VM gets the host's `/usr`, `/etc`, … over
+    /// virtio-fs.
+    Host,
     /// A disk image (a VM's virtio-blk), under a writable overlay unless
     /// `writable`, in which case writes reach the image.
     Image {

@@ -22,6 +22,9 @@ pub struct BootArgs {
     /// Memory per sandbox in MiB (what a VM accepts: 64 to 65536).
     #[arg(long, value_name = "MiB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(64..=65536))]
     pub mem: u32,
+    /// `host`: boot with `--root host` (what the host's system as `/` costs).
+    #[arg(long, value_name = "host", value_parser = ["host"])]
+    pub root: Option<String>,
 }
 
 /// Runs the benchmark and prints one line per run and a summary.
@@ -39,6 +42,8 @@ pub fn boot(a: BootArgs) -> anyhow::Result<i32> {
         tmp_bytes: boxdesk_sandbox::DEFAULT_TMP_BYTES,
         detach: false,
         vm: run::VmFlags::default(),
+        shares: Vec::new(),
+        root_host: a.root.is_some(),
         exec: super::ExecOpts {
             tty: false,
             timeout: None,
@@ -48,8 +53,11 @@ pub fn boot(a: BootArgs) -> anyhow::Result<i32> {
         command: Vec::new(),
     };
     println!(
-        "bench boot: backend {backend}, {} vCPU, {} MiB, {} runs",
-        a.cpus, a.mem, a.runs
+        "bench boot: backend {backend}, {} vCPU, {} MiB, {} runs{}",
+        a.cpus,
+        a.mem,
+        a.runs,
+        if req.root_host { ", --root host" } else { "" }
     );
     let mut all = Vec::new();
     for i in 1..=a.runs {

@@ -171,6 +171,14 @@ struct RunArgs {
     /// kvm: make --rootfs writable.
     #[arg(long, requires = "rootfs")]
     rootfs_rw: bool,
+    /// Share a host directory (or, namespace only, a file) at GUEST
+    /// [default: the same path], read-write unless :ro. Repeatable.
+    #[arg(long, value_name = "HOST[:GUEST][:ro]")]
+    share: Vec<String>,
+    /// `host`: the guest's /usr, /etc, /bin, /sbin, /lib* are the host's,
+    /// read-only (kvm: over virtio-fs; the namespace backend's default).
+    #[arg(long, value_name = "host", value_parser = ["host"], conflicts_with = "rootfs")]
+    root: Option<String>,
     #[command(flatten)]
     exec: ExecOpts,
     /// The command and its arguments (after `--`).
@@ -228,12 +236,46 @@ struct VmmArgs {
     rootfs: Option<PathBuf>,
     #[arg(long)]
     rootfs_rw: bool,
+    /// A share, as `share_arg::to_helper` writes it.
+    #[arg(long)]
+    share: Vec<String>,
+    #[arg(long)]
+    root_host: bool,
     /// A descriptor to write one byte to once ready.
     #[arg(long)]
     ready_fd: Option<i32>,
     /// Started by a foreground `run`: log only warnings.
     #[arg(long)]
     foreground: bool,
+}
+
+/// `boxdesk run`: its flags checked and handed on.
+fn run_args(a: RunArgs) -> anyhow::Result<i32> {
+    run::run(run::RunRequest {
+        name: a.name,
+        backend: a.backend,
+        cpus: a.cpus,
+        mem_mib: a.mem,
+        net: a.net,
+        keep: a.keep,
+        reuse: a.reuse,
+        pids: a.pids,
+        tmp_bytes: a.tmp,
+        detach: a.detach,
+        vm: run::VmFlags {
+            kernel: a.kernel,
+            initrd: a.initrd,
+            rootfs: a.rootfs,
+            rootfs_rw: a.rootfs_rw,
+        },
+        shares: boxdesk_sandbox::share_arg::parse_all(
+            &a.share,
+            &std::env::current_dir().context("the current directory")?,
+        )?,
+        root_host: a.root.is_some(),
+        exec: a.exec,
+        command: a.command,
+    })
 }
 
 /// `256M`, `1G`, `512k`, `4096`: a size in bytes (K, M, G are powers of
@@ -280,26 +322,7 @@ pub fn main() -> i32 {
     let detached_helper = matches!(&cli.cmd, Cmd::Vmm(a) if !a.foreground);
     init_logging(detached_helper);
     let outcome = match cli.cmd {
-        Cmd::Run(a) => run::run(run::RunRequest {
-            name: a.name,
-            backend: a.backend,
-            cpus: a.cpus,
-            mem_mib: a.mem,
-            net: a.net,
-            keep: a.keep,
-            reuse: a.reuse,
-            pids: a.pids,
-            tmp_bytes: a.tmp,
-            detach: a.detach,
-            vm: run::VmFlags {
-                kernel: a.kernel,
-                initrd: a.initrd,
-                rootfs: a.rootfs,
-                rootfs_rw: a.rootfs_rw,
-            },
-            exec: a.exec,
-            command: a.command,
-        }),
+        Cmd::Run(a) => run_args(a),
         Cmd::Exec(a) => exec::exec_named(&a.name, &a.exec, &a.command),
         Cmd::Shell { name } => exec::shell(&name),
         Cmd::Cp(a) => cp::cp(&a.src, &a.dst, a.recursive),
@@ -393,6 +416,12 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
         pids: a.pids,
         tmp_bytes: a.tmp,
         ready,
+        shares: a
+            .share
+            .iter()
+            .map(|s| boxdesk_sandbox::share_arg::from_helper(s))
+            .collect::<Result<_, _>>()?,
+        root_host: a.root_host,
         vm: backend.is_vm().then(|| helper::VmOptions {
             kernel: a.kernel,
             initrd: a.initrd,

@@ -41,6 +41,10 @@ pub struct RunRequest {
     pub tmp_bytes: u64,
     pub detach: bool,
     pub vm: VmFlags,
+    /// `--share`s, parsed.
+    pub shares: Vec<boxdesk_sandbox::running::Share>,
+    /// `--root host`.
+    pub root_host: bool,
     pub exec: ExecOpts,
     pub command: Vec<OsString>,
 }
@@ -60,6 +64,7 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
     backend.refuse(crate::backend::Asks {
         net: req.net,
         boot: req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some(),
+        shares: !req.shares.is_empty() || req.root_host,
     })?;
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
     let generated = req.name.is_none();
@@ -202,6 +207,13 @@ impl Helper {
         }
         if req.vm.rootfs_rw {
             cmd.arg("--rootfs-rw");
+        }
+        for s in &req.shares {
+            cmd.arg("--share")
+                .arg(boxdesk_sandbox::share_arg::to_helper(s));
+        }
+        if req.root_host {
+            cmd.arg("--root-host");
         }
         let mut log_start = None;
         let write_raw = write.as_raw_fd();

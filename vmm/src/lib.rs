@@ -15,6 +15,7 @@
 pub mod arch;
 pub mod image;
 mod irq;
+pub mod mounts;
 pub mod sandbox;
 mod vcpu;
 
@@ -102,6 +103,8 @@ pub struct VmSpec {
     pub console: File,
     /// A disk image attached as virtio-blk, and whether it is writable.
     pub rootfs: Option<(PathBuf, bool)>,
+    /// Host folders (virtio-fs), and the host's system as the root.
+    pub mounts: mounts::VmMounts,
 }
 
 /// How a VM ended.
@@ -185,14 +188,44 @@ impl std::fmt::Debug for RunningVm {
     }
 }
 
-/// The agent's `boxdesk.rootfs=` contract for a rootfs disk (`Some(writable)`;
-/// it is the only virtio-blk, so `/dev/vda`), appended to either arch's
-/// command line.
-fn rootfs_args(rootfs: Option<bool>) -> &'static str {
-    match rootfs {
+/// The agent's parameters, appended to either arch's command line: the
+/// `boxdesk.rootfs=` contract for a rootfs disk (`Some(writable)`; it is
+/// the only virtio-blk, so `/dev/vda`), then the shares' ([`mounts`]).
+fn agent_args(rootfs: Option<bool>, mounts: &mounts::VmMounts) -> String {
+    let disk = match rootfs {
         Some(true) => " boxdesk.rootfs=/dev/vda boxdesk.rootfs_rw=1",
         Some(false) => " boxdesk.rootfs=/dev/vda",
         None => "",
+    };
+    format!("{disk}{}", mounts.agent_args())
+}
+
+/// One virtio-fs device per share of `mounts`, after the others.
+#[cfg(target_os = "linux")]
+fn fs_devices(
+    mounts: &mounts::VmMounts,
+    virtio: &mut Vec<Box<dyn VirtioDevice>>,
+) -> Result<(), VmmError> {
+    for share in mounts.fs_shares() {
+        let fs = boxdesk_devices::fs::Fs::new(share).map_err(dev("virtio-fs"))?;
+        virtio.push(Box::new(fs));
+    }
+    Ok(())
+}
+
+/// No virtio-fs server on this host: a VM with shares is refused.
+#[cfg(not(target_os = "linux"))]
+fn fs_devices(
+    mounts: &mounts::VmMounts,
+    _virtio: &mut Vec<Box<dyn VirtioDevice>>,
+) -> Result<(), VmmError> {
+    if mounts.is_empty() {
+        Ok(())
+    } else {
+        Err(VmmError::Device {
+            what: "virtio-fs",
+            why: mounts::NO_SERVER.into(),
+        })
     }
 }
 
@@ -258,6 +291,7 @@ impl RunningVm {
                 .map_err(dev("blk"))?;
             virtio.push(Box::new(blk));
         }
+        fs_devices(&spec.mounts, &mut virtio)?;
         let mut slots = Vec::new();
         let mut devices = Vec::new();
         for (i, d) in virtio.into_iter().enumerate() {
@@ -281,7 +315,7 @@ impl RunningVm {
             &mem,
             &loaded,
             &slots,
-            spec.rootfs.as_ref().map(|r| r.1),
+            &agent_args(spec.rootfs.as_ref().map(|r| r.1), &spec.mounts),
             spec.vcpus,
             mem_bytes,
         )?;

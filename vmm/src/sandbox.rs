@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 use boxdesk_channel::{Frame, Session, AGENT_PORT};
 use boxdesk_platform::socket::{self, SocketError, Staleness};
 use boxdesk_sandbox::running::{
-    Ended, Endpoint, Info, Net, Rootfs, Sandbox, SandboxSpec, StartError,
+    Ended, Endpoint, Info, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
 };
 
 use crate::image::{self, ImageError};
+use crate::mounts::{MountsError, VmMounts, VmShare};
 use crate::{RunningVm, VmEnd, VmSpec, VmmError};
 
 /// vCPUs of a VM when the spec sets none.
@@ -58,9 +59,17 @@ pub enum VmSandboxError {
     /// The console log could not be opened.
     #[error("opening the console log")]
     Log(#[source] std::io::Error),
-    /// Host folders cannot be shared into a VM yet.
-    #[error("the VM backend cannot share host folders yet")]
-    Shares,
+    /// A share a VM cannot have.
+    #[error("cannot share {} into a VM: {why}", path.display())]
+    Share {
+        /// The host path.
+        path: PathBuf,
+        /// Why.
+        why: &'static str,
+    },
+    /// `--root host` cannot be had here.
+    #[error(transparent)]
+    Mounts(#[from] MountsError),
     /// A VM has no network device yet.
     #[error("the VM backend has no network device yet: a VM cannot have the host's network")]
     Net,
@@ -82,6 +91,7 @@ pub struct VmSandbox {
     log: PathBuf,
     net: &'static str,
     rootfs: String,
+    shares: String,
     vcpus: u32,
     mem_mib: u32,
     stopping: AtomicBool,
@@ -108,9 +118,7 @@ impl VmSandbox {
         agent: PathBuf,
         log: PathBuf,
     ) -> Result<Self, VmSandboxError> {
-        if !spec.shares.is_empty() {
-            return Err(VmSandboxError::Shares);
-        }
+        let mounts = vm_mounts(spec)?;
         if spec.net != Net::None {
             return Err(VmSandboxError::Net);
         }
@@ -125,6 +133,7 @@ impl VmSandbox {
         let mem_mib = spec.resources.mem_mib.unwrap_or(DEFAULT_MEM_MIB);
         let (rootfs, disk) = match &spec.rootfs {
             Rootfs::Default => ("initramfs".to_owned(), None),
+            Rootfs::Host => ("host".to_owned(), None),
             Rootfs::Image { path, writable } => {
                 (path.display().to_string(), Some((path.clone(), *writable)))
             }
@@ -137,6 +146,7 @@ impl VmSandbox {
             vsock_uds: agent.clone(),
             console,
             rootfs: disk,
+            mounts,
         });
         let vm = match vm {
             Ok(vm) => vm,
@@ -151,6 +161,7 @@ impl VmSandbox {
             log,
             net: spec.net.word(),
             rootfs,
+            shares: Share::info_word(&spec.shares),
             vcpus,
             mem_mib,
             stopping: AtomicBool::new(false),
@@ -190,6 +201,55 @@ impl VmSandbox {
             }
         })
     }
+}
+
+/// The VM's shares and root of `spec`. A VM shares directories (a file's
+/// share is a namespace bind only) and cannot follow host mounts made
+/// later. Under `--root host` the workspace's `root/`, `work/` and
+/// `results/` back `/root`, `/work`, `/results`, as in the namespace
+/// backend; the user's shares come after, so they may sit beneath those.
+fn vm_mounts(spec: &SandboxSpec) -> Result<VmMounts, VmSandboxError> {
+    let mut mounts = match spec.rootfs {
+        Rootfs::Host => VmMounts::host_root(std::path::Path::new("/"), std::env::consts::ARCH)?,
+        _ => VmMounts::default(),
+    };
+    if spec.rootfs == Rootfs::Host {
+        if let Some(ws) = &spec.workspace {
+            for (host, guest) in [
+                (ws.root(), "/root"),
+                (ws.work(), "/work"),
+                (ws.results(), "/results"),
+            ] {
+                mounts.shares.push(VmShare {
+                    host,
+                    guest: guest.into(),
+                    writable: true,
+                });
+            }
+        }
+    }
+    for s in &spec.shares {
+        let refuse = |why| VmSandboxError::Share {
+            path: s.host.clone(),
+            why,
+        };
+        if s.follows_mounts {
+            return Err(refuse(
+                "a VM's share cannot follow what the host mounts beneath it later",
+            ));
+        }
+        if !s.host.is_dir() {
+            return Err(refuse(
+                "a VM shares directories only (a file can be shared into a namespace sandbox)",
+            ));
+        }
+        mounts.shares.push(VmShare {
+            host: s.host.clone(),
+            guest: s.inside.clone(),
+            writable: s.writable,
+        });
+    }
+    Ok(mounts)
 }
 
 impl Sandbox for VmSandbox {
@@ -251,6 +311,7 @@ impl Sandbox for VmSandbox {
             more: vec![
                 ("vcpus", self.vcpus.to_string()),
                 ("mem_mib", self.mem_mib.to_string()),
+                ("shares", self.shares.clone()),
             ],
         }
     }

@@ -138,7 +138,7 @@ impl NamespaceSandbox {
     }
 
     fn start_inner(spec: &SandboxSpec, places: Places) -> Result<Self, RunError> {
-        if spec.rootfs != Rootfs::Default {
+        if !matches!(spec.rootfs, Rootfs::Default | Rootfs::Host) {
             return Err(RunError::Rootfs);
         }
         let ns = namespace_spec(spec)?;
@@ -180,6 +180,7 @@ impl NamespaceSandbox {
         more.push(("gid_map", format!("0:{}:1", ns.ids.gid)));
         more.push(("pids_max", ns.pids_max.to_string()));
         more.push(("tmp_mib", (ns.tmp_bytes >> 20).to_string()));
+        more.push(("shares", Share::info_word(&spec.shares)));
         let cgroup = Arc::new(Mutex::new(cgroup));
         let undo_cgroup = {
             let cgroup = Arc::clone(&cgroup);

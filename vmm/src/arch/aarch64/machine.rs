@@ -87,12 +87,12 @@ pub fn virtio_slot(i: usize) -> Option<(u64, u32)> {
 }
 
 /// The kernel command line: console on the PL011, panics reset at once (the
-/// VMM reports them), and the agent's `boxdesk.rootfs=` contract. Devices
-/// are in the FDT, not here.
-fn cmdline(rootfs: Option<bool>) -> String {
+/// VMM reports them), and the agent's parameters (`agent`: the rootfs and
+/// the shares). Devices are in the FDT, not here.
+fn cmdline(agent: &str) -> String {
     let mut c =
         String::from("console=ttyAMA0 panic=-1 nomodules ipv6.disable=1 rdinit=/init quiet");
-    c.push_str(crate::rootfs_args(rootfs));
+    c.push_str(agent);
     c
 }
 
@@ -119,11 +119,11 @@ pub fn write_boot(
     mem: &GuestMemoryMmap,
     loaded: &Loaded,
     slots: &[(u64, u32)],
-    rootfs: Option<bool>,
+    agent: &str,
     vcpus: u32,
     mem_bytes: u64,
 ) -> Result<Boot, ArchError> {
-    let cmdline = cmdline(rootfs);
+    let cmdline = cmdline(agent);
     let fdt = fdt::write(
         mem,
         &FdtConfig {

@@ -87,9 +87,9 @@ pub fn virtio_slot(i: usize) -> Option<(u64, u32)> {
 
 /// The kernel command line: console on the 8250, reset through the i8042,
 /// no PCI/ACPI probing, panics reboot at once (the VMM reports them), one
-/// `virtio_mmio.device=` per device, and the agent's `boxdesk.rootfs=`
-/// contract.
-fn cmdline(devices: &[(u64, u32)], rootfs: Option<bool>) -> String {
+/// `virtio_mmio.device=` per device, and the agent's parameters (`agent`:
+/// the rootfs and the shares).
+fn cmdline(devices: &[(u64, u32)], agent: &str) -> String {
     let mut c = String::from(
         "console=ttyS0 reboot=k panic=-1 pci=off nomodules i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd \
          tsc=reliable ipv6.disable=1 rdinit=/init quiet",
@@ -97,7 +97,7 @@ fn cmdline(devices: &[(u64, u32)], rootfs: Option<bool>) -> String {
     for (addr, irq) in devices {
         c.push_str(&format!(" virtio_mmio.device=4K@{addr:#x}:{irq}"));
     }
-    c.push_str(crate::rootfs_args(rootfs));
+    c.push_str(agent);
     c
 }
 
@@ -117,7 +117,7 @@ pub fn write_boot(
     mem: &GuestMemoryMmap,
     loaded: &Loaded,
     slots: &[(u64, u32)],
-    rootfs: Option<bool>,
+    agent: &str,
     vcpus: u32,
     mem_bytes: u64,
 ) -> Result<Boot, ArchError> {
@@ -129,7 +129,7 @@ pub fn write_boot(
     super::configure_system(
         mem,
         &loaded.kernel,
-        &cmdline(slots, rootfs),
+        &cmdline(slots, agent),
         Some(loaded.initrd),
         mem_bytes,
         vcpus_u8,
@@ -166,7 +166,10 @@ mod tests {
 
     #[test]
     fn the_command_line_announces_every_virtio_mmio_device() {
-        let c = cmdline(&[(0xd000_0000, 5), (0xd000_1000, 6)], Some(false));
+        let c = cmdline(
+            &[(0xd000_0000, 5), (0xd000_1000, 6)],
+            " boxdesk.rootfs=/dev/vda",
+        );
         assert!(c.ends_with(" boxdesk.rootfs=/dev/vda"), "{c}");
         assert!(
             c.contains("virtio_mmio.device=4K@0xd0000000:5 virtio_mmio.device=4K@0xd0001000:6"),
