@@ -127,6 +127,8 @@ pub fn vm_init() -> Vec<PathBuf> {
     // Moves the mounts above into the new root under the same paths, so
     // `mounted` stays right for shutdown either way.
     crate::rootfs::switch_if_asked();
+    // The host's system as `/` (the same moves), then the shares.
+    mounted.extend(crate::shares::mount_asked());
     mounted
 }
 

@@ -67,6 +67,7 @@ mod putfile;
 mod reaper;
 mod rootfs;
 mod session;
+mod shares;
 mod spawn;
 mod stdin;
 mod sweep;

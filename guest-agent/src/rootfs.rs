@@ -56,7 +56,7 @@ const NEW_ROOT: &str = "/mnt/newroot";
 /// The init mounts carried into the new root, in this order.
 pub const MOVED: [&str; 5] = ["/dev", "/proc", "/sys", "/tmp", "/run"];
 /// Directories the agent needs in the new root.
-const ENSURED: [&str; 2] = ["/results", "/work"];
+pub(crate) const ENSURED: [&str; 2] = ["/results", "/work"];
 
 /// Why there is no new root (logged and written to [`ERROR_FILE`]).
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,7 @@ pub struct Rootfs {
 /// The parameters of a kernel command line, split and unquoted as the
 /// kernel's `next_arg` does: `(name, value)`, the value `None` for a bare
 /// word.
-fn kernel_params(cmdline: &str) -> Vec<(&str, Option<&str>)> {
+pub(crate) fn kernel_params(cmdline: &str) -> Vec<(&str, Option<&str>)> {
     let mut out = Vec::new();
     let mut rest = cmdline;
     loop {
@@ -137,7 +137,7 @@ fn strip_end(s: &str) -> &str {
 }
 
 /// Parameter names compare like the kernel's: `-` and `_` are the same.
-fn param_is(name: &str, want: &str) -> bool {
+pub(crate) fn param_is(name: &str, want: &str) -> bool {
     name.len() == want.len()
         && name
             .bytes()
@@ -225,6 +225,22 @@ pub enum Step {
         /// The mount point.
         target: PathBuf,
     },
+    /// Mount virtio-fs `tag` at `target` (`nosuid,nodev`).
+    MountVirtiofs {
+        /// The device's tag.
+        tag: String,
+        /// The mount point.
+        target: PathBuf,
+        /// Read-write (else `MS_RDONLY`).
+        writable: bool,
+    },
+    /// A symlink at `path` to `target`.
+    Symlink {
+        /// The link.
+        path: PathBuf,
+        /// What it points to.
+        target: PathBuf,
+    },
     /// `MS_MOVE` a mount (with its sub-mounts).
     MoveMount {
         /// The mount point now.
@@ -256,6 +272,19 @@ impl fmt::Display for Step {
                 if *writable { "read-write" } else { "read-only" }
             ),
             Step::MountTmpfs(t) => write!(f, "mount tmpfs at {}", t.display()),
+            Step::MountVirtiofs {
+                tag,
+                target,
+                writable,
+            } => write!(
+                f,
+                "mount virtio-fs {tag} at {} ({})",
+                target.display(),
+                if *writable { "read-write" } else { "read-only" }
+            ),
+            Step::Symlink { path, target } => {
+                write!(f, "symlink {} -> {}", path.display(), target.display())
+            }
             Step::MountOverlay { target, .. } => write!(f, "mount overlay at {}", target.display()),
             Step::MoveMount { from, to } => {
                 write!(f, "move mount {} to {}", from.display(), to.display())
@@ -266,7 +295,7 @@ impl fmt::Display for Step {
 }
 
 /// `root` + absolute `path`.
-fn under(root: &str, path: &str) -> PathBuf {
+pub(crate) fn under(root: &str, path: &str) -> PathBuf {
     Path::new(root).join(path.trim_start_matches('/'))
 }
 
@@ -347,7 +376,7 @@ pub fn execute(steps: &[Step], ops: &mut impl Ops) -> Result<(), RootfsError> {
 
 /// [`Ops`] by system calls. Remembers which filesystem type mounted.
 #[derive(Default)]
-struct Kernel {
+pub(crate) struct Kernel {
     fstype: Option<&'static str>,
 }
 
@@ -414,6 +443,24 @@ impl Ops for Kernel {
                     Some(data.as_str()),
                 )?)
             }
+            Step::MountVirtiofs {
+                tag,
+                target,
+                writable,
+            } => {
+                let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+                if !writable {
+                    flags |= MsFlags::MS_RDONLY;
+                }
+                Ok(mount(
+                    Some(tag.as_str()),
+                    target,
+                    Some("virtiofs"),
+                    flags,
+                    NONE,
+                )?)
+            }
+            Step::Symlink { path, target } => std::os::unix::fs::symlink(target, path),
             Step::MoveMount { from, to } => {
                 Ok(mount(Some(from), to, NONE, MsFlags::MS_MOVE, NONE)?)
             }
@@ -436,7 +483,9 @@ impl Ops for Kernel {
         let result = match step {
             Step::MountDevice { target, .. }
             | Step::MountTmpfs(target)
-            | Step::MountOverlay { target, .. } => umount2(target, MntFlags::MNT_DETACH),
+            | Step::MountOverlay { target, .. }
+            | Step::MountVirtiofs { target, .. } => umount2(target, MntFlags::MNT_DETACH),
+            Step::Symlink { path, .. } => nix::unistd::unlink(path.as_path()),
             Step::MoveMount { from, to } => mount(Some(to), from, NONE, MsFlags::MS_MOVE, NONE),
             Step::WaitForDevice(_) | Step::MakeDir(_) | Step::SwitchRoot(_) => Ok(()),
         };
