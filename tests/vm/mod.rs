@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, TestEnv};
 
+mod fs;
+
 /// Whether a VM can boot here; prints the skip line when not.
 fn can_boot(test: &str) -> bool {
     let env = TestEnv::new();

@@ -12,6 +12,7 @@
 //! This module owns the device's config space and its life; what a request
 //! may do is [`guard`]'s.
 
+pub mod fuzzing;
 pub mod guard;
 mod worker;
 

@@ -117,6 +117,27 @@ impl Drop for Workers {
     }
 }
 
+/// Serves every chain on `queue` on the calling thread, the same way a
+/// worker does (the fuzz target's path); whether the device broke.
+pub(crate) fn serve_here(
+    mem: Memory,
+    interrupt: Interrupt,
+    queue: Queue,
+    server: Arc<Server<Served>>,
+) -> bool {
+    let shared = Shared {
+        mem,
+        interrupt,
+        queues: vec![Mutex::new(queue)],
+        server,
+        state: Mutex::new(State::default()),
+        wake: Condvar::new(),
+        broken: AtomicBool::new(false),
+    };
+    serve(&shared, 0);
+    shared.broken.load(Ordering::SeqCst)
+}
+
 /// Drops the calling thread (only: raw syscalls, not libc's process-wide
 /// wrappers) to `nobody`, supplementary groups included.
 fn become_nobody() -> std::io::Result<()> {
