@@ -101,7 +101,7 @@ pub struct Share {
 
 impl Share {
     /// The `info` word of shares: `HOST:INSIDE:rw|ro` each, paths
-    /// percent-encoded (`boxdesk_platform::pathcode`), space-separated;
+    /// percent-encoded (`boxdesk_platform::pathcode`), comma-separated;
     /// `none` when there are none.
     pub fn info_word(shares: &[Share]) -> String {
         use boxdesk_platform::pathcode::encode;
@@ -112,7 +112,7 @@ impl Share {
             let mode = if s.writable { "rw" } else { "ro" };
             format!("{}:{}:{mode}", encode(&s.host), encode(&s.inside))
         };
-        shares.iter().map(one).collect::<Vec<_>>().join(" ")
+        shares.iter().map(one).collect::<Vec<_>>().join(",")
     }
 }
 

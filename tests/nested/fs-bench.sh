@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# File-sharing figures inside an L1 (real KVM under qemu TCG):
+#   tests/nested/fs-bench.sh [x86_64|aarch64] [MIB] [FILES]
+# One workload (sequential write and read of MIB MiB, FILES small files
+# created then stat'ed by `ls -l`) run three ways in the same L1 run:
+#   native  — on the L1's own file system (its tmpfs /tmp);
+#   boxdesk — in a boxdesk VM, through `run --share` (our virtio-fs);
+#   qemu    — x86_64 only: qemu -M microvm booting the same image with the
+#             host's virtiofsd (Debian's qemu 7.2 ships it) on the same
+#             directory. aarch64: not run — that L1 cannot run the host's
+#             x86_64 qemu.
+# Timed inside each guest from /proc/uptime (10 ms resolution). Under
+# TCG the absolute figures are meaningless; the ratios are what to read.
+# Prints, asserts nothing.
+#
+# Needs: the image (images/build.sh ARCH) and a static boxdesk
+# (images/build-agent.sh ARCH boxdesk → target/static/ARCH/boxdesk).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd -P)
+arch=x86_64
+case "${1:-}" in x86_64 | aarch64) arch=$1; shift ;; esac
+mib=${1:-16}
+files=${2:-100}
+img=$root/target/images/$arch
+bin=$root/target/static/$arch/boxdesk
+case "$arch" in
+  x86_64) kernel=$img/vmlinux baseline=1 ;;
+  aarch64) kernel=$img/Image baseline=0 ;;
+esac
+for f in "$kernel" "$img/initramfs.cpio.gz" "$bin"; do
+  [ -f "$f" ] || { echo "fs-bench: missing $f" >&2; exit 2; }
+done
+virtiofsd=/usr/lib/qemu/virtiofsd
+if [ "$baseline" = 1 ] && [ ! -x "$virtiofsd" ]; then
+  echo "fs-bench: no $virtiofsd on this host (Debian's qemu-system-common): qemu baseline skipped"
+  baseline=0
+fi
+
+# The workload, busybox sh: DIR MIB FILES → one line of milliseconds.
+read -r -d '' work <<'EOF' || true
+D=$1 MIB=$2 FILES=$3
+ms() { read -r up _ < /proc/uptime; echo $(( ${up%.*} * 1000 + 10 * ${up#*.} )); }
+t0=$(ms); dd if=/dev/zero of="$D/big" bs=1M count="$MIB" conv=fsync 2>/dev/null; t1=$(ms)
+echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+t2=$(ms); cat "$D/big" > /dev/null; t3=$(ms)
+mkdir "$D/small"; t4=$(ms)
+i=0; while [ $i -lt "$FILES" ]; do : > "$D/small/f$i"; i=$((i + 1)); done
+ls -l "$D/small" > /dev/null; t5=$(ms)
+echo "fs-bench: write_ms=$((t1 - t0)) read_ms=$((t3 - t2)) small_ms=$((t5 - t4))"
+rm -rf "$D/big" "$D/small"
+EOF
+
+# The qemu guest's init: the same workload over its virtio-fs, then off.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/cpio"
+{
+  echo '#!/bin/sh'
+  echo 'mount -t proc proc /proc; mount -t sysfs sys /sys; mkdir -p /mnt/q'
+  echo 'mount -t virtiofs q /mnt/q || echo "fs-bench: qemu guest: no virtio-fs"'
+  echo "sh /mnt/q/work.sh /mnt/q $mib $files"
+  echo 'echo fs-bench-qemu-done; reboot -f'
+} > "$tmp/cpio/fsbench"
+chmod 755 "$tmp/cpio/fsbench"
+(cd "$tmp/cpio" && echo fsbench | cpio -o -H newc --quiet | gzip -n) > "$tmp/extra.cpio.gz"
+cat "$img/initramfs.cpio.gz" "$tmp/extra.cpio.gz" > "$tmp/qemu-initrd.cpio.gz"
+printf '%s\n' "$work" > "$tmp/work.sh"
+
+read -r -d '' script <<EOF || true
+set -e
+export XDG_RUNTIME_DIR=/tmp/rt HOME=/tmp/h BOXDESK_IMAGE_DIR=/run/host$img
+mkdir -p -m 700 /tmp/rt /tmp/h
+mkdir -p /tmp/native /tmp/share /tmp/qshare
+cp /run/host$tmp/work.sh /tmp/work.sh
+cp /tmp/work.sh /tmp/share/work.sh
+cp /tmp/work.sh /tmp/qshare/work.sh
+B=/run/host$bin
+echo "native: \$(sh /tmp/work.sh /tmp/native $mib $files)"
+\$B run --backend kvm -d --name fb --mem 1024 --share /tmp/share:/mnt/b >/dev/null
+echo "boxdesk: \$(\$B exec fb -- sh /mnt/b/work.sh /mnt/b $mib $files)"
+\$B stop fb
+if [ $baseline = 1 ]; then
+  chroot /host $virtiofsd --socket-path=/tmp/vfsd.sock -o source=/tmp/qshare -o cache=auto >/tmp/vfsd.log 2>&1 &
+  n=0; while [ ! -S /tmp/vfsd.sock ] && [ \$n -lt 500 ]; do sleep 0.02; n=\$((n + 1)); done
+  chroot /host qemu-system-x86_64 -enable-kvm -M microvm,memory-backend=mem -cpu host -smp 1 -m 1024 \
+    -object memory-backend-memfd,id=mem,size=1024M,share=on \
+    -chardev socket,id=vfs,path=/tmp/vfsd.sock -device vhost-user-fs-device,chardev=vfs,tag=q \
+    -global virtio-mmio.force-legacy=false \
+    -nodefaults -no-user-config -display none -no-reboot -serial file:/tmp/q.log \
+    -kernel $kernel -initrd /run/host$tmp/qemu-initrd.cpio.gz \
+    -append "console=ttyS0 reboot=k panic=-1 quiet rdinit=/fsbench" >/tmp/q.out 2>&1 &
+  q=\$!
+  n=0
+  while ! grep -q fs-bench-qemu-done /tmp/q.log 2>/dev/null && kill -0 \$q 2>/dev/null && [ \$n -lt 30000 ]; do sleep 0.02; n=\$((n + 1)); done
+  kill \$q 2>/dev/null; wait \$q 2>/dev/null || true
+  if grep -q "fs-bench: write_ms" /tmp/q.log; then
+    echo "qemu: \$(grep 'fs-bench: write_ms' /tmp/q.log | tr -d '\r')"
+  else
+    echo "qemu: no result; qemu said:"; cat /tmp/q.out; tail -5 /tmp/q.log; cat /tmp/vfsd.log
+  fi
+fi
+EOF
+bash "$here/run.sh" "$arch" --hostroot --timeout 1500 -- /bin/sh -c "$script" | tee "$tmp/out"
+
+# The ratios, from the three lines.
+python3 - "$tmp/out" "$mib" "$files" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+mib, files = int(sys.argv[2]), int(sys.argv[3])
+rows = {}
+for who in ("native", "boxdesk", "qemu"):
+    m = re.search(who + r": fs-bench: write_ms=(\d+) read_ms=(\d+) small_ms=(\d+)", text)
+    if m:
+        w, r, s = (max(int(x), 10) for x in m.groups())
+        rows[who] = (mib * 1000 / w, mib * 1000 / r, files * 1000 / s)
+names = ("seq write MB/s", "seq read MB/s", "small create+stat ops/s")
+for i, name in enumerate(names):
+    line = f"{name}: " + ", ".join(f"{who} {v[i]:.1f}" for who, v in rows.items())
+    if "native" in rows and "boxdesk" in rows:
+        line += f"; boxdesk/native {rows['boxdesk'][i] / rows['native'][i]:.2f}"
+    if "qemu" in rows and "boxdesk" in rows:
+        line += f"; boxdesk/qemu+virtiofsd {rows['boxdesk'][i] / rows['qemu'][i]:.2f}"
+    print(line)
+PY
