@@ -30,6 +30,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
+use boxdesk_sandbox::namespace::idmap::{
+    setattr, userns_mapping_root_to, MountAttr, MOUNT_ATTR_IDMAP,
+};
+
 use super::names::NameError;
 
 /// Why a folder cannot be mounted.
@@ -352,15 +356,6 @@ const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// Most mounts stacked on one target that [`attach`] and [`detach_all`]
 /// take off before giving up.
@@ -453,26 +448,6 @@ pub fn attach(
     Ok(())
 }
 
-/// `mount_setattr` on the whole detached tree `tree`.
-fn setattr(tree: &OwnedFd, attr: &MountAttr) -> io::Result<()> {
-    // SAFETY: `attr` is a valid mount_attr of the size passed; the path is
-    // empty and `tree` a valid descriptor.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-            attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// When this server runs as root: a user namespace mapping 0 to the
 /// sandboxes' subordinate ids, the id map of [`attach`]'s mounts. Made
 /// once; `None` as a user (the sandboxes then are the user) or where user
@@ -494,55 +469,6 @@ fn root_idmap() -> Option<&'static OwnedFd> {
             }
         })
         .as_ref()
-}
-
-/// A user namespace whose 0 is `uid`/`gid` outside: a child made only to
-/// hold it unshares it; we write its maps and keep a descriptor of it.
-fn userns_mapping_root_to(uid: u32, gid: u32) -> io::Result<OwnedFd> {
-    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (hold_r, hold_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (rw, hr, hw) = (ready_w.as_raw_fd(), hold_r.as_raw_fd(), hold_w.as_raw_fd());
-    // SAFETY: the child makes only async-signal-safe system calls (unshare,
-    // write, read, _exit) on descriptors it inherited, so forking from
-    // this multi-threaded process is sound.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: see above; the child never returns.
-        unsafe {
-            // Its copy of the write end would keep the read below from
-            // ever seeing end-of-file.
-            libc::close(hw);
-            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                libc::_exit(1);
-            }
-            libc::write(rw, b"u".as_ptr().cast(), 1);
-            let mut b = 0u8;
-            // Blocks until the parent closes its end.
-            libc::read(hr, (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
-        }
-    }
-    drop(ready_w);
-    drop(hold_r);
-    let outcome = (|| {
-        let mut b = [0u8; 1];
-        if nix::unistd::read(ready_r.as_raw_fd(), &mut b)? != 1 {
-            return Err(io::Error::other("the namespace holder could not unshare"));
-        }
-        std::fs::write(format!("/proc/{pid}/uid_map"), format!("0 {uid} 1"))?;
-        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), format!("0 {gid} 1"))?;
-        Ok(OwnedFd::from(std::fs::File::open(format!(
-            "/proc/{pid}/ns/user"
-        ))?))
-    })();
-    drop(hold_w);
-    // SAFETY: waits for our own child.
-    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-    outcome
 }
 
 /// Lazily unmounts whatever is mounted at `path` (errors ignored: nothing

@@ -65,6 +65,15 @@
 //! - device nodes (`mknod`, `mknodat` of a block or character device):
 //!   a node for the host's disk or `/dev/mem`; FIFOs, sockets and regular
 //!   files stay allowed;
+//! - set-id bits (`chmod`, `fchmod`, `fchmodat`, `fchmodat2` to a mode
+//!   with `S_ISUID` or `S_ISGID`; `open`, `openat`, `creat`, `mknod`,
+//!   `mknodat` creating with one): a file the sandbox writes in a share
+//!   belongs to the host's user, root's when boxdesk runs as root (its
+//!   shares are id-mapped), so a setuid bit there would be a setuid-root
+//!   program on the host;
+//! - `io_uring_setup`, `io_uring_enter`, `io_uring_register`: io_uring
+//!   runs opens and other calls without a system call this filter sees
+//!   (Docker refuses it too);
 //! - terminal input (`ioctl` `TIOCSTI`): push keystrokes into a terminal,
 //!   run by the user's shell once boxdesk exits;
 //! - sockets (`socket` of `AF_VSOCK`, `AF_ALG`): vsock is not network
@@ -154,6 +163,9 @@ mod sys {
     /// architecture (numbers from 424 on are shared).
     #[allow(non_upper_case_globals)]
     pub const SYS_open_tree_attr: c_long = 467;
+    /// `fchmodat2` (Linux 6.6): 452 on every architecture.
+    #[allow(non_upper_case_globals)]
+    pub const SYS_fchmodat2: c_long = 452;
     /// asm-generic's `kexec_file_load`, which libc's musl aarch64 table
     /// lacks.
     #[cfg(target_arch = "aarch64")]
@@ -177,6 +189,8 @@ const UNSHARE_NAMESPACES: u32 = CLONE_NAMESPACES | libc::CLONE_NEWTIME as u32;
 const PERSONALITIES: &[u32] = &[0x0, 0x8, 0x2_0000, 0x2_0008, 0xffff_ffff];
 /// The file types of device nodes.
 const DEVICE_NODES: &[u32] = &[libc::S_IFBLK, libc::S_IFCHR];
+/// The set-id mode bits.
+const SETID: u32 = libc::S_ISUID | libc::S_ISGID;
 /// `__X32_SYSCALL_BIT`.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
@@ -244,6 +258,15 @@ const COMMON: &[Deny] = &[
     // Personality, device nodes, terminal input, sockets.
     deny!(SYS_personality, When::NoneOf(0, PERSONALITIES)),
     deny!(SYS_mknodat, When::Masked(2, libc::S_IFMT, DEVICE_NODES)),
+    // Set-id bits, and io_uring, which would open files past them.
+    deny!(SYS_mknodat, When::AnyBit(2, SETID)),
+    deny!(SYS_fchmod, When::AnyBit(1, SETID)),
+    deny!(SYS_fchmodat, When::AnyBit(2, SETID)),
+    deny!(SYS_fchmodat2, When::AnyBit(2, SETID)),
+    deny!(SYS_openat, When::AnyBit(3, SETID)),
+    deny!(SYS_io_uring_setup),
+    deny!(SYS_io_uring_enter),
+    deny!(SYS_io_uring_register),
     deny!(SYS_ioctl, When::OneOf(1, &[libc::TIOCSTI as u32])),
     deny!(
         SYS_socket,
@@ -255,6 +278,10 @@ const COMMON: &[Deny] = &[
 #[cfg(target_arch = "x86_64")]
 const ARCH_ONLY: &[Deny] = &[
     deny!(SYS_mknod, When::Masked(1, libc::S_IFMT, DEVICE_NODES)),
+    deny!(SYS_mknod, When::AnyBit(1, SETID)),
+    deny!(SYS_chmod, When::AnyBit(1, SETID)),
+    deny!(SYS_open, When::AnyBit(2, SETID)),
+    deny!(SYS_creat, When::AnyBit(1, SETID)),
     deny!(SYS_iopl),
     deny!(SYS_ioperm),
     deny!(SYS_uselib),
@@ -313,7 +340,8 @@ fn deny_program(arch: TargetArch, errno: u32) -> Result<BpfProgram, SeccompError
             name: d.name,
             source,
         })?;
-        rules.insert(d.nr, r);
+        // Entries for one call are or-ed (none of them is `Always`).
+        rules.entry(d.nr).or_insert_with(Vec::new).extend(r);
     }
     Ok(SeccompFilter::new(
         rules,
@@ -675,6 +703,61 @@ mod tests {
                 [at, 0, (S_IFSOCK | 0o600) as c_long, 0, 0, 0],
                 Kernel,
             ),
+            // Set-id bits refused; the same calls without them reach the
+            // kernel (bad descriptors and addresses: nothing changes).
+            p(
+                "mknodat",
+                SYS_mknodat,
+                [at, 0, (S_IFREG | 0o4755) as c_long, 0, 0, 0],
+                Denied,
+            ),
+            p("fchmod", SYS_fchmod, [-1, 0o4755, 0, 0, 0, 0], Denied),
+            p("fchmod", SYS_fchmod, [-1, 0o2755, 0, 0, 0, 0], Denied),
+            p("fchmod", SYS_fchmod, [-1, 0o755, 0, 0, 0, 0], Kernel),
+            p("fchmodat", SYS_fchmodat, [at, BAD, 0o4755, 0, 0, 0], Denied),
+            p("fchmodat", SYS_fchmodat, [at, BAD, 0o755, 0, 0, 0], Kernel),
+            p(
+                "fchmodat2",
+                sys::SYS_fchmodat2,
+                [at, BAD, 0o6755, 0, 0, 0],
+                Denied,
+            ),
+            p(
+                "fchmodat2",
+                sys::SYS_fchmodat2,
+                [at, BAD, 0o755, 0, 0, 0],
+                Kernel,
+            ),
+            p(
+                "openat",
+                SYS_openat,
+                [at, BAD, O_CREAT as c_long, 0o4755, 0, 0],
+                Denied,
+            ),
+            p(
+                "openat",
+                SYS_openat,
+                [at, BAD, O_CREAT as c_long, 0o644, 0, 0],
+                Kernel,
+            ),
+            p(
+                "io_uring_setup",
+                SYS_io_uring_setup,
+                [1, BAD, 0, 0, 0, 0],
+                Denied,
+            ),
+            p(
+                "io_uring_enter",
+                SYS_io_uring_enter,
+                [-1, 0, 0, 0, 0, 0],
+                Denied,
+            ),
+            p(
+                "io_uring_register",
+                SYS_io_uring_register,
+                [-1, 0, 0, 0, 0, 0],
+                Denied,
+            ),
             // Terminal input.
             p(
                 "ioctl",
@@ -744,6 +827,28 @@ mod tests {
                 [0, (S_IFIFO | 0o600) as c_long, 0, 0, 0, 0],
                 Kernel,
             ),
+            p(
+                "mknod",
+                SYS_mknod,
+                [0, (S_IFREG | 0o4755) as c_long, 0, 0, 0, 0],
+                Denied,
+            ),
+            p("chmod", SYS_chmod, [BAD, 0o4755, 0, 0, 0, 0], Denied),
+            p("chmod", SYS_chmod, [BAD, 0o755, 0, 0, 0, 0], Kernel),
+            p(
+                "open",
+                SYS_open,
+                [BAD, O_CREAT as c_long, 0o2755, 0, 0, 0],
+                Denied,
+            ),
+            p(
+                "open",
+                SYS_open,
+                [BAD, O_CREAT as c_long, 0o644, 0, 0, 0],
+                Kernel,
+            ),
+            p("creat", SYS_creat, [BAD, 0o4755, 0, 0, 0, 0], Denied),
+            p("creat", SYS_creat, [BAD, 0o755, 0, 0, 0, 0], Kernel),
             p("iopl", SYS_iopl, [4, 0, 0, 0, 0, 0], Denied),
             p("ioperm", SYS_ioperm, [0x1_0000, 1, 1, 0, 0, 0], Denied),
             p("uselib", SYS_uselib, [0, 0, 0, 0, 0, 0], Denied),

@@ -94,6 +94,7 @@ fn trial_sandbox() -> Probe {
     let mut setup = match boxdesk_sandbox::namespace::child::ChildSetup::new(
         Vec::new(),
         &[],
+        None,
         drop_to,
         Vec::new(),
     ) {

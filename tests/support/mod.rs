@@ -281,7 +281,12 @@ pub fn output(mut cmd: Command) -> Out {
 }
 
 /// Waits for a spawned child with piped output, within [`DEADLINE`].
-pub fn wait_output(mut child: Child) -> Out {
+pub fn wait_output(child: Child) -> Out {
+    wait_output_within(child, DEADLINE)
+}
+
+/// Waits for a spawned child with piped output, within `limit`.
+pub fn wait_output_within(mut child: Child, limit: Duration) -> Out {
     let mut so = child.stdout.take().unwrap();
     let mut se = child.stderr.take().unwrap();
     let t1 = std::thread::spawn(move || {
@@ -299,9 +304,9 @@ pub fn wait_output(mut child: Child) -> Out {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        if start.elapsed() > DEADLINE {
+        if start.elapsed() > limit {
             let _ = child.kill();
-            panic!("command did not finish within {DEADLINE:?}");
+            panic!("command did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(5));
     };

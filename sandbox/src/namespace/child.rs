@@ -14,7 +14,10 @@
 //!    slave of the host's, so mounts attached later still propagate), opens
 //!    every bind source as root, covers `/run` with a small tmpfs, and
 //!    binds each source at [`STAGE_DIR`]`/<i>` there; bubblewrap binds those
-//!    instead. The host's mount table is never touched;
+//!    instead. A `--share` is staged id-mapped ([`super::idmap`]: root's
+//!    files are the sandbox root's, what it creates is root's), or plainly
+//!    where its file system cannot be id-mapped. The host's mount table is
+//!    never touched;
 //! 4. when boxdesk runs as root: it becomes the subordinate uid and gid
 //!    (supplementary groups dropped first);
 //! 5. descriptors are put where bubblewrap and the agent expect them, and
@@ -46,6 +49,8 @@ struct Source {
     host: CString,
     target: CString,
     is_dir: bool,
+    /// Staged through an id-mapped mount (a share).
+    idmap: bool,
 }
 
 /// Everything the child needs, made before the fork.
@@ -55,16 +60,20 @@ pub struct ChildSetup {
     /// Filled in by the child (capacity reserved: no allocation there).
     stage_fds: Vec<RawFd>,
     drop_to: Option<(libc::uid_t, libc::gid_t)>,
+    /// The id map of shares (a user namespace's descriptor).
+    idmap: Option<super::idmap::MountAttr>,
     /// `(descriptor, where it must end up)`, applied last.
     place: Vec<(RawFd, RawFd)>,
 }
 
 impl ChildSetup {
-    /// `sources` are staged (root only: pass none otherwise); `drop_to` is
-    /// the uid/gid to become; `place` the descriptors to move.
+    /// `sources` are staged (root only: pass none otherwise), id-mapped
+    /// through `userns` where marked; `drop_to` is the uid/gid to become;
+    /// `place` the descriptors to move.
     pub fn new(
         cgroup_procs: Vec<RawFd>,
-        sources: &[PathBuf],
+        sources: &[(PathBuf, bool)],
+        userns: Option<RawFd>,
         drop_to: Option<(u32, u32)>,
         place: Vec<(RawFd, RawFd)>,
     ) -> io::Result<Self> {
@@ -73,12 +82,13 @@ impl ChildSetup {
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))
         };
         let mut stage = Vec::with_capacity(sources.len());
-        for (i, src) in sources.iter().enumerate() {
+        for (i, (src, idmap)) in sources.iter().enumerate() {
             let is_dir = std::fs::metadata(src)?.is_dir();
             stage.push(Source {
                 host: cstr(src)?,
                 target: cstr(&staged_path(i))?,
                 is_dir,
+                idmap: *idmap && userns.is_some(),
             });
         }
         Ok(ChildSetup {
@@ -86,6 +96,11 @@ impl ChildSetup {
             stage_fds: Vec::with_capacity(stage.len()),
             stage,
             drop_to,
+            idmap: userns.map(|fd| super::idmap::MountAttr {
+                attr_set: super::idmap::MOUNT_ATTR_IDMAP,
+                userns_fd: fd as u64,
+                ..Default::default()
+            }),
             place,
         })
     }
@@ -175,6 +190,10 @@ impl ChildSetup {
                     }
                     libc::close(f);
                 }
+                if s.idmap && self.stage_idmapped(fd, &s.target) {
+                    libc::close(fd);
+                    continue;
+                }
                 let mut buf = [0u8; 32];
                 let from = proc_fd_path(&mut buf, fd);
                 check(libc::mount(
@@ -188,6 +207,51 @@ impl ChildSetup {
             }
         }
         Ok(())
+    }
+}
+
+impl ChildSetup {
+    /// Mounts an id-mapped clone of the tree at `fd` on `target`; false
+    /// (nothing mounted) where that cannot be done, for a plain bind.
+    ///
+    /// # Safety
+    /// In the forked child only (see [`ChildSetup::run`]).
+    unsafe fn stage_idmapped(&self, fd: RawFd, target: &CStr) -> bool {
+        let Some(attr) = &self.idmap else {
+            return false;
+        };
+        let flags = 1 /* OPEN_TREE_CLONE */
+            | libc::O_CLOEXEC as libc::c_uint
+            | libc::AT_RECURSIVE as libc::c_uint
+            | libc::AT_EMPTY_PATH as libc::c_uint;
+        // SAFETY: plain system calls on descriptors and C strings this
+        // child owns; `attr` is a valid mount_attr of the size passed.
+        unsafe {
+            let tree = libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags);
+            if tree < 0 {
+                return false;
+            }
+            let tree = tree as RawFd;
+            let set = libc::syscall(
+                libc::SYS_mount_setattr,
+                tree,
+                c"".as_ptr(),
+                (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+                attr as *const super::idmap::MountAttr,
+                std::mem::size_of::<super::idmap::MountAttr>(),
+            );
+            let moved = set == 0
+                && libc::syscall(
+                    libc::SYS_move_mount,
+                    tree,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    0x4 as libc::c_uint, /* MOVE_MOUNT_F_EMPTY_PATH */
+                ) == 0;
+            libc::close(tree);
+            moved
+        }
     }
 }
 

@@ -27,6 +27,7 @@
 //! a sandbox whose root is the host's root.
 
 pub mod child;
+pub mod idmap;
 pub mod ids;
 pub mod running;
 
@@ -149,6 +150,16 @@ pub enum Bind {
         /// Where it appears inside.
         inside: PathBuf,
     },
+    /// A `--share`: like the others, but id-mapped when boxdesk runs as
+    /// root ([`idmap`]), so the sandbox's root may write where root may.
+    Share {
+        /// The host path.
+        host: PathBuf,
+        /// Where it appears inside.
+        inside: PathBuf,
+        /// Whether it is bound read-write.
+        writable: bool,
+    },
 }
 
 impl StateDir {
@@ -172,7 +183,7 @@ impl StateDir {
 impl Bind {
     fn host(&self) -> &Path {
         match self {
-            Bind::Rw { host, .. } | Bind::Ro { host, .. } => host,
+            Bind::Rw { host, .. } | Bind::Ro { host, .. } | Bind::Share { host, .. } => host,
         }
     }
 }
@@ -247,12 +258,17 @@ impl Spec {
     /// The host paths staged for bwrap when it runs as the subordinate id
     /// ([`child`]): the binary, then every bind's source. Empty when
     /// boxdesk runs as a user, who can reach them all itself.
-    fn staged_sources(&self) -> Vec<PathBuf> {
+    /// Each with whether it is a share, staged id-mapped.
+    fn staged_sources(&self) -> Vec<(PathBuf, bool)> {
         if !self.ids.drop_from_root {
             return Vec::new();
         }
-        std::iter::once(self.exe.clone())
-            .chain(self.binds.iter().map(|b| b.host().to_owned()))
+        std::iter::once((self.exe.clone(), false))
+            .chain(
+                self.binds
+                    .iter()
+                    .map(|b| (b.host().to_owned(), matches!(b, Bind::Share { .. }))),
+            )
             .collect()
     }
 }
@@ -309,8 +325,18 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     };
     for (i, bind) in spec.binds.iter().enumerate() {
         let (flag, inside) = match bind {
-            Bind::Rw { inside, .. } => ("--bind", inside),
-            Bind::Ro { inside, .. } => ("--ro-bind", inside),
+            Bind::Rw { inside, .. }
+            | Bind::Share {
+                inside,
+                writable: true,
+                ..
+            } => ("--bind", inside),
+            Bind::Ro { inside, .. }
+            | Bind::Share {
+                inside,
+                writable: false,
+                ..
+            } => ("--ro-bind", inside),
         };
         push(&[&flag, &source(i + 1, bind.host()), inside]);
     }
@@ -392,12 +418,30 @@ pub fn spawn(
         .ids
         .drop_from_root
         .then_some((spec.ids.uid, spec.ids.gid));
-    let mut setup = ChildSetup::new(cgroup_procs, &spec.staged_sources(), drop_to, place).map_err(
-        |source| NamespaceError::Inspect {
-            what: "the sandbox's bind sources".into(),
-            source,
-        },
-    )?;
+    let sources = spec.staged_sources();
+    // Held until bwrap is started: the child stages through it.
+    let userns = if sources.iter().any(|(_, share)| *share) {
+        match idmap::userns_mapping_root_to(spec.ids.uid, spec.ids.gid) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!("shares are bound without an id map (the sandbox's root cannot write where only root may): {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut setup = ChildSetup::new(
+        cgroup_procs,
+        &sources,
+        userns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+        drop_to,
+        place,
+    )
+    .map_err(|source| NamespaceError::Inspect {
+        what: "the sandbox's bind sources".into(),
+        source,
+    })?;
     let mut cmd = Command::new(bwrap);
     cmd.args(bwrap_args(spec, programs.len()))
         .stdin(Stdio::null())
@@ -538,15 +582,22 @@ mod tests {
 
     #[test]
     fn as_root_every_bind_source_is_staged_and_nothing_of_roots_paths_is_named() {
-        let s = spec(false, ROOT);
+        let mut s = spec(false, ROOT);
+        s.binds.push(Bind::Share {
+            host: "/srv/data".into(),
+            inside: "/mnt/d".into(),
+            writable: false,
+        });
         assert_eq!(
             s.staged_sources(),
             vec![
-                PathBuf::from("/opt/boxdesk"),
-                "/s/t1/root".into(),
-                "/s/t1/work".into(),
-                "/s/t1/results".into()
-            ]
+                (PathBuf::from("/opt/boxdesk"), false),
+                ("/s/t1/root".into(), false),
+                ("/s/t1/work".into(), false),
+                ("/s/t1/results".into(), false),
+                ("/srv/data".into(), true),
+            ],
+            "only the share is id-mapped"
         );
         let a = joined(&bwrap_args(&s, 1));
         assert!(
@@ -556,6 +607,7 @@ mod tests {
         assert!(a.contains("--bind /run/boxdesk-stage/1 /root"), "{a}");
         assert!(a.contains("--bind /run/boxdesk-stage/2 /work"), "{a}");
         assert!(a.contains("--bind /run/boxdesk-stage/3 /results"), "{a}");
+        assert!(a.contains("--ro-bind /run/boxdesk-stage/4 /mnt/d"), "{a}");
         assert!(!a.contains("/s/t1"), "{a}");
         assert!(spec(false, USER).staged_sources().is_empty());
     }

@@ -345,16 +345,18 @@ fn namespace_spec(spec: &SandboxSpec) -> Result<Spec, RunError> {
         ns.binds = ws.binds();
     }
     ns.binds.extend(spec.shares.iter().map(|s: &Share| {
-        if s.writable {
-            super::Bind::Rw {
-                host: s.host.clone(),
-                inside: s.inside.clone(),
-            }
-        } else {
-            super::Bind::Ro {
-                host: s.host.clone(),
-                inside: s.inside.clone(),
-            }
+        // A `run --share` is id-mapped when root; cowork's folders (they
+        // follow its later mounts) are its own dirs, handed to the
+        // sandbox's ids, with id-mapped attachments beneath.
+        let (host, inside) = (s.host.clone(), s.inside.clone());
+        match (s.follows_mounts, s.writable) {
+            (false, writable) => super::Bind::Share {
+                host,
+                inside,
+                writable,
+            },
+            (true, true) => super::Bind::Rw { host, inside },
+            (true, false) => super::Bind::Ro { host, inside },
         }
     }));
     ns.home = spec.home.clone();
