@@ -10,6 +10,7 @@ use crate::support::{self, TestEnv};
 
 mod hardening;
 mod seccomp;
+mod shares;
 
 #[test]
 fn the_sandbox_cannot_see_the_hosts_home_or_root() {

@@ -1,0 +1,168 @@
+//! `run --share` on the namespace backend (a bind mount): read and write,
+//! `:ro`, `info`, refusals, and nothing set-id reaching the host — as root
+//! (the share is id-mapped) and as a user.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use crate::support::TestEnv;
+
+fn shared_dir(env: &TestEnv) -> std::path::PathBuf {
+    let dir = env.root().join("share");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("in"), "from the host\n").unwrap();
+    dir
+}
+
+#[test]
+fn a_shared_dir_is_read_and_written_and_what_the_sandbox_creates_is_the_callers() {
+    let env = TestEnv::new();
+    let dir = shared_dir(&env);
+    let share = format!("{}:/mnt/d", dir.display());
+    let out = env.run([
+        "run",
+        "--backend",
+        "namespace",
+        "--share",
+        &share,
+        "--",
+        "sh",
+        "-c",
+        "cat /mnt/d/in; echo out > /mnt/d/out",
+    ]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "from the host\n", "{out}");
+    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "out\n");
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(std::fs::metadata(dir.join("out")).unwrap().uid(), me);
+}
+
+#[test]
+fn a_read_only_share_gives_erofs_and_leaves_the_host_file_alone() {
+    let env = TestEnv::new();
+    let dir = shared_dir(&env);
+    let share = format!("{}:/mnt/d:ro", dir.display());
+    let out = env.run([
+        "run",
+        "--backend",
+        "namespace",
+        "--share",
+        &share,
+        "--",
+        "sh",
+        "-c",
+        "cat /mnt/d/in; echo changed > /mnt/d/in; touch /mnt/d/new; echo rc=$?",
+    ]);
+    assert!(out.stdout.starts_with("from the host\n"), "{out}");
+    assert!(out.stderr.contains("Read-only file system"), "{out}");
+    assert!(out.stdout.contains("rc=1"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("in")).unwrap(),
+        "from the host\n"
+    );
+    assert!(!dir.join("new").exists());
+}
+
+#[test]
+fn the_guest_path_defaults_to_the_host_path_and_info_lists_every_share() {
+    let env = TestEnv::new();
+    let dir = shared_dir(&env);
+    let other = env.root().join("other dir");
+    std::fs::create_dir(&other).unwrap();
+    let a = dir.display().to_string();
+    let b = format!("{}:/mnt/o:ro", other.display());
+    let sb = env.start(
+        "shr1",
+        &["--backend", "namespace", "--share", &a, "--share", &b],
+    );
+    let canon = dir.canonicalize().unwrap();
+    assert_eq!(
+        sb.sh(&format!("cat {}/in", canon.display())).stdout,
+        "from the host\n"
+    );
+    let info = env.info("shr1");
+    let shares = &info["shares"];
+    assert!(
+        shares.contains(&format!("{}:{}:rw", canon.display(), canon.display())),
+        "{shares}"
+    );
+    assert!(shares.contains("%20dir:/mnt/o:ro"), "{shares}");
+}
+
+#[test]
+fn bad_shares_are_refused_before_anything_starts() {
+    let env = TestEnv::new();
+    let dir = shared_dir(&env);
+    let d = dir.display();
+    for (share, why) in [
+        (format!("{d}/missing:/mnt/x"), "No such file"),
+        (format!("{d}:mnt"), "not absolute"),
+        (format!("{d}:/mnt/../etc"), "`..`"),
+        (format!("{d}:/proc/x"), "/proc"),
+        (format!("{d}:/"), "the root"),
+        (format!("{d}:/a:/b"), "HOST[:GUEST][:ro]"),
+    ] {
+        let out = env.run([
+            "run",
+            "--backend",
+            "namespace",
+            "--share",
+            &share,
+            "--",
+            "true",
+        ]);
+        assert_ne!(out.code(), 0, "{share}: {out}");
+        assert!(out.stderr.contains(why), "{share}: {out}");
+    }
+    assert_eq!(
+        std::fs::read_dir(env.runtime())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
+}
+
+#[test]
+fn setuid_bits_and_device_nodes_never_reach_the_host_through_a_share() {
+    let env = TestEnv::new();
+    let dir = shared_dir(&env);
+    let share = format!("{}:/mnt/d", dir.display());
+    let out = env.run([
+        "run",
+        "--backend",
+        "namespace",
+        "--share",
+        &share,
+        "--",
+        "sh",
+        "-c",
+        "cp /bin/sh /mnt/d/sh; chmod u+s /mnt/d/sh; chmod g+s /mnt/d/sh; \
+         mknod /mnt/d/dev c 1 3; mkfifo /mnt/d/fifo; echo done",
+    ]);
+    assert!(out.stdout.contains("done"), "{out}");
+    let mode = std::fs::metadata(dir.join("sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o6000, 0, "a set-id bit reached the host: {mode:o}");
+    assert!(!dir.join("dev").exists(), "a device node reached the host");
+    assert!(dir.join("fifo").exists());
+}
+
+#[test]
+fn root_host_is_the_namespace_backends_own_root() {
+    let env = TestEnv::new();
+    let out = env.run([
+        "run",
+        "--backend",
+        "namespace",
+        "--root",
+        "host",
+        "--",
+        "sh",
+        "-c",
+        "test -x /bin/sh && echo ok",
+    ]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout, "ok\n");
+}
