@@ -19,7 +19,8 @@
 //! Backend: which backend runs cowork's sandboxes is the `boxdesk`
 //! binary's decision, made before it calls [`main`] and handed over as
 //! [`Options::starter`] (docs/COWORK.md's `auto` is the namespace backend until
-//! VMs can share host folders, so it refuses `BOXDESK_BACKEND=kvm|hvf`);
+//! a VM's shares can follow folders attached while it runs, so it refuses
+//! `BOXDESK_BACKEND=kvm|hvf`);
 //! nothing here names a backend. This crate builds on `boxdesk-sandbox` and
 //! `boxdesk-channel` and must never depend on `boxdesk-hv`,
 //! `boxdesk-devices` or `boxdesk-vmm` (`cargo tree -p boxdesk-cowork`

@@ -1,6 +1,7 @@
 //! `boxdesk cowork -socket PATH`: logging whose level `setDebugLogging`
 //! can change at runtime, the backend check (cowork's sandboxes run on the
-//! namespace backend until VMs can share host folders), then the server of
+//! namespace backend until a VM's shares can follow folders attached while
+//! it runs), then the server of
 //! [`boxdesk_cowork`].
 //!
 //! The app passes `-socket` with one dash; clap knows only `--socket`, so
@@ -97,7 +98,7 @@ fn cowork_backend() -> anyhow::Result<std::sync::Arc<dyn boxdesk_sandbox::keeper
         Backend::Auto | Backend::Namespace => Ok(std::sync::Arc::new(
             boxdesk_sandbox::namespace::running::NamespaceStarter,
         )),
-        vm => anyhow::bail!("cowork runs on the namespace backend: the {vm} backend cannot share host folders with a VM yet (no virtio-fs); unset BOXDESK_BACKEND or set it to namespace"),
+        vm => anyhow::bail!("cowork runs on the namespace backend: the {vm} backend cannot run cowork's sandboxes yet (cowork attaches folders to running sandboxes, and a VM's virtio-fs shares are fixed at boot); unset BOXDESK_BACKEND or set it to namespace"),
     }
 }
 

@@ -772,8 +772,8 @@ fn a_vm_backend_or_an_unknown_one_is_refused_before_the_socket_is_bound() {
     let env = crate::support::TestEnv::new();
     let sock = env.xdg_runtime.join("vm.sock");
     for (word, says) in [
-        ("kvm", "the kvm backend cannot share host folders"),
-        ("hvf", "the hvf backend cannot share host folders"),
+        ("kvm", "the kvm backend cannot run cowork's sandboxes yet"),
+        ("hvf", "the hvf backend cannot run cowork's sandboxes yet"),
         ("qemu", "unknown backend \"qemu\""),
     ] {
         let mut c = env.cmd(["cowork", "-socket"]);
