@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Boot figures of boxdesk's VMM inside an L1 (real KVM under qemu TCG):
 #   tests/nested/vm-bench.sh [x86_64|aarch64] [RUNS]
+# Plain boots, then boots with `--root host` (what mounting the host's
+# system over virtio-fs and switching root costs), in the same L1.
 # x86_64: beside qemu's own boot of the same image in the same L1 (the
 # host's qemu, run through /host). aarch64: ours only — L1 there cannot run
 # the host's x86_64 qemu. Under TCG absolute times are meaningless (every
@@ -35,6 +37,7 @@ mkdir -p -m 700 /tmp/rt /tmp/h
 B=/run/host$bin
 now() { cut -d' ' -f1 /proc/uptime | tr -d .; }
 \$B bench boot --backend kvm --runs $runs
+\$B bench boot --backend kvm --runs $runs --root host
 \$B run --backend kvm -d --name b1 >/dev/null
 t0=\$(now); \$B exec b1 -- head -c 67108864 /dev/zero | wc -c; t1=\$(now)
 echo "ours: vsock guest->host 64 MiB in \$(( (t1 - t0) * 10 )) ms"

@@ -1,7 +1,7 @@
 //! Host folders in real microVMs (virtio-fs, `--share`, `--root host`), in
 //! the nested L1 on both arches. The big sizes of the issue (a 512 MiB file,
-//! 10,000 small files) run with `BOXDESK_FS_FULL=1`; CI runs 16 MiB and
-//! 300 files, the same code paths in a fraction of the nested minutes.
+//! 10,000 small files) run with `BOXDESK_FS_FULL=1`; CI runs 8 MiB and
+//! 200 files, the same code paths in a fraction of the nested minutes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ fn sizes() -> (u32, u32) {
     if std::env::var_os("BOXDESK_FS_FULL").is_some_and(|v| v == "1") {
         (512, 10_000)
     } else {
-        (16, 300)
+        (8, 200)
     }
 }
 
@@ -153,7 +153,7 @@ fn big_and_small_files_links_renames_mmap_and_escape_attempts_through_a_share() 
     let out = sb.sh(
         "set -e; cd /mnt/d; echo a > a; ln a hard; echo b > b; mv b a; cat a hard; \
          echo open > o; exec 3<o; rm o; cat <&3; \
-         cp /bin/busybox bb; ./bb echo mapped",
+         cp /bin/busybox busybox; ./busybox echo mapped",
     );
     assert_eq!(out.code(), 0, "{out}");
     assert_eq!(out.stdout, "b\na\nopen\nmapped\n", "{out}");
@@ -257,7 +257,7 @@ fn an_exec_still_answers_while_another_hammers_the_share() {
         "--",
         "sh",
         "-c",
-        "i=0; while [ $i -lt 100 ]; do dd if=/dev/zero of=/mnt/d/h$((i%4)) bs=64k count=16 2>/dev/null; \
+        "i=0; while [ $i -lt 50 ]; do dd if=/dev/zero of=/mnt/d/h$((i%4)) bs=64k count=16 2>/dev/null; \
          cat /mnt/d/h$((i%4)) >/dev/null; ls /mnt/d >/dev/null; i=$((i+1)); done; echo hammered",
     ]);
     hammer.stdout(std::process::Stdio::piped());
