@@ -226,6 +226,22 @@ mod tests {
     }
 
     #[test]
+    fn shares_are_refused_on_hvf_only_and_the_reason_names_the_missing_server() {
+        let shares = Asks {
+            shares: true,
+            ..Asks::default()
+        };
+        let e = Backend::Hvf.refuse(shares).unwrap_err().to_string();
+        assert!(
+            e.contains("--share and --root host are not available with the hvf backend"),
+            "{e}"
+        );
+        assert!(e.contains("Linux hosts only"), "{e}");
+        assert!(Backend::Kvm.refuse(shares).is_ok());
+        assert!(Backend::Namespace.refuse(shares).is_ok());
+    }
+
+    #[test]
     fn the_namespace_backend_is_linux_only_and_says_so_elsewhere() {
         let ns = Backend::Namespace.resolve();
         if cfg!(target_os = "linux") {
