@@ -478,13 +478,7 @@ impl VirtioDevice for Blk {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        data.fill(0);
-        let config = self.config();
-        let Some(start) = usize::try_from(offset).ok().filter(|&o| o < CONFIG_BYTES) else {
-            return;
-        };
-        let n = data.len().min(CONFIG_BYTES - start);
-        data[..n].copy_from_slice(&config[start..start + n]);
+        crate::virtio::read_config_bytes(&self.config(), offset, data);
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {

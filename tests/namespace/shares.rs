@@ -2,65 +2,24 @@
 //! `:ro`, `info`, refusals, and nothing set-id reaching the host — as root
 //! (the share is id-mapped) and as a user.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 
 use crate::support::TestEnv;
 
-fn shared_dir(env: &TestEnv) -> std::path::PathBuf {
-    let dir = env.root().join("share");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("in"), "from the host\n").unwrap();
-    dir
-}
+use crate::support::shares::shared_dir;
 
 #[test]
 fn a_shared_dir_is_read_and_written_and_what_the_sandbox_creates_is_the_callers() {
     let env = TestEnv::new();
     let dir = shared_dir(&env);
-    let share = format!("{}:/mnt/d", dir.display());
-    let out = env.run([
-        "run",
-        "--backend",
-        "namespace",
-        "--share",
-        &share,
-        "--",
-        "sh",
-        "-c",
-        "cat /mnt/d/in; echo out > /mnt/d/out",
-    ]);
-    assert_eq!(out.code(), 0, "{out}");
-    assert_eq!(out.stdout, "from the host\n", "{out}");
-    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "out\n");
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    assert_eq!(std::fs::metadata(dir.join("out")).unwrap().uid(), me);
+    crate::support::shares::reads_and_writes(&env, "namespace", &dir);
 }
 
 #[test]
 fn a_read_only_share_gives_erofs_and_leaves_the_host_file_alone() {
     let env = TestEnv::new();
     let dir = shared_dir(&env);
-    let share = format!("{}:/mnt/d:ro", dir.display());
-    let out = env.run([
-        "run",
-        "--backend",
-        "namespace",
-        "--share",
-        &share,
-        "--",
-        "sh",
-        "-c",
-        "cat /mnt/d/in; echo changed > /mnt/d/in; touch /mnt/d/new; echo rc=$?",
-    ]);
-    assert!(out.stdout.starts_with("from the host\n"), "{out}");
-    assert!(out.stderr.contains("Read-only file system"), "{out}");
-    assert!(out.stdout.contains("rc=1"), "{out}");
-    assert_eq!(
-        std::fs::read_to_string(dir.join("in")).unwrap(),
-        "from the host\n"
-    );
-    assert!(!dir.join("new").exists());
+    crate::support::shares::read_only_gives_erofs(&env, "namespace", &dir);
 }
 
 #[test]

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod shares;
+
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;

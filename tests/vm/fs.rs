@@ -38,45 +38,9 @@ fn a_shared_dir_is_read_and_written_and_a_read_only_share_gives_erofs() {
         return;
     }
     let env = kvm_env();
-    let dir = env.root().join("share");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("in"), "from the host\n").unwrap();
-    let share = format!("{}:/mnt/d", dir.display());
-    let out = env.run([
-        "run",
-        "--backend",
-        "kvm",
-        "--share",
-        &share,
-        "--",
-        "sh",
-        "-c",
-        "cat /mnt/d/in; echo out > /mnt/d/out",
-    ]);
-    assert_eq!(out.code(), 0, "{out}");
-    assert_eq!(out.stdout, "from the host\n", "{out}");
-    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "out\n");
-
-    let ro = format!("{}:/mnt/d:ro", dir.display());
-    let out = env.run([
-        "run",
-        "--backend",
-        "kvm",
-        "--share",
-        &ro,
-        "--",
-        "sh",
-        "-c",
-        "cat /mnt/d/in; echo changed > /mnt/d/in; touch /mnt/d/new; echo rc=$?",
-    ]);
-    assert!(out.stdout.starts_with("from the host\n"), "{out}");
-    assert!(out.stderr.contains("Read-only file system"), "{out}");
-    assert!(out.stdout.contains("rc=1"), "{out}");
-    assert_eq!(
-        std::fs::read_to_string(dir.join("in")).unwrap(),
-        "from the host\n"
-    );
-    assert!(!dir.join("new").exists());
+    let dir = crate::support::shares::shared_dir(&env);
+    crate::support::shares::reads_and_writes(&env, "kvm", &dir);
+    crate::support::shares::read_only_gives_erofs(&env, "kvm", &dir);
 }
 
 #[test]

@@ -160,14 +160,7 @@ impl VirtioDevice for Fs {
     fn ack_features(&mut self, _features: u64) {}
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        data.fill(0);
-        let Ok(start) = usize::try_from(offset) else {
-            return;
-        };
-        if start < CONFIG_LEN {
-            let n = data.len().min(CONFIG_LEN - start);
-            data[..n].copy_from_slice(&self.config[start..start + n]);
-        }
+        crate::virtio::read_config_bytes(&self.config, offset, data);
     }
 
     fn write_config(&mut self, _offset: u64, _data: &[u8]) {}

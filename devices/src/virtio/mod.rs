@@ -92,6 +92,17 @@ impl Interrupt {
     }
 }
 
+/// Copies `config[offset..]` into `data`: what a device's
+/// [`VirtioDevice::read_config`] returns (zeros past the end).
+pub fn read_config_bytes(config: &[u8], offset: u64, data: &mut [u8]) {
+    data.fill(0);
+    let Some(start) = usize::try_from(offset).ok().filter(|&o| o < config.len()) else {
+        return;
+    };
+    let n = data.len().min(config.len() - start);
+    data[..n].copy_from_slice(&config[start..start + n]);
+}
+
 /// A device model behind the virtio-mmio transport.
 pub trait VirtioDevice: Send {
     /// The virtio device id (vsock 19, blk 2).
