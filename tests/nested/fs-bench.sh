@@ -79,7 +79,7 @@ B=/run/host$bin
 echo "native: \$(sh /tmp/work.sh /tmp/native $mib $files)"
 \$B run --backend kvm -d --name fb --mem 1024 --share /tmp/share:/mnt/b >/dev/null
 echo "boxdesk: \$(\$B exec fb -- sh /mnt/b/work.sh /mnt/b $mib $files)"
-\$B stop fb
+\$B stop fb || true
 if [ $baseline = 1 ]; then
   chroot /host $virtiofsd --socket-path=/tmp/vfsd.sock -o source=/tmp/qshare -o cache=auto >/tmp/vfsd.log 2>&1 &
   n=0; while [ ! -S /tmp/vfsd.sock ] && [ \$n -lt 500 ]; do sleep 0.02; n=\$((n + 1)); done

@@ -26,12 +26,23 @@
 //!   `nobody` (65534); `chown` succeeds only to the guest's root (a
 //!   no-op), else `EPERM`.
 //!
+//! * listings: a directory handle's listing is taken whole when the guest
+//!   starts reading it (offset 0) and served from that snapshot, with
+//!   offsets of our own. The host's `telldir` cookies are positions on some
+//!   file systems (tmpfs before Linux 6.6), so a guest that deletes while
+//!   it lists (`rm -r`) would skip entries and fail with `ENOTEMPTY`.
+//!   READDIRPLUS is not offered, so every listing goes through here.
+//!
 //! Extended attributes, locks, `ioctl` and DAX mappings are not forwarded
 //! (`ENOSYS`: the guest kernel keeps locks local).
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use boxdesk_platform::sync::lock;
 
 use fuse_backend_rs::abi::fuse_abi::{stat64, statvfs64, CreateIn};
 use fuse_backend_rs::api::filesystem::{
@@ -62,10 +73,19 @@ pub struct Policy {
     pub identity: Identity,
 }
 
+/// The most entries a listing snapshot holds; a bigger directory lists
+/// its first this many.
+pub const MAX_LISTING: usize = 1 << 20;
+
+/// One entry of a listing snapshot: inode, type, name.
+type Listed = (u64, u32, Box<[u8]>);
+
 /// A [`FileSystem`] holding `F` to a share's [`Policy`].
 pub struct Guard<F> {
     inner: F,
     policy: Policy,
+    /// Listing snapshots by directory handle.
+    listings: Mutex<HashMap<u64, Arc<[Listed]>>>,
     /// The server's effective uid and gid, shown to the guest as 0.
     uid: u32,
     gid: u32,
@@ -100,6 +120,7 @@ impl<F> Guard<F> {
         Guard {
             inner,
             policy,
+            listings: Mutex::new(HashMap::new()),
             uid,
             gid,
         }
@@ -143,6 +164,29 @@ impl<F> Guard<F> {
 }
 
 impl<F: FileSystem<Inode = u64, Handle = u64>> Guard<F> {
+    /// The whole listing of the open directory `handle`, read now.
+    fn snapshot(&self, ctx: &Context, inode: u64, handle: u64) -> io::Result<Arc<[Listed]>> {
+        let mut all: Vec<Listed> = Vec::new();
+        let mut offset = 0;
+        loop {
+            let before = all.len();
+            let mut next = offset;
+            self.inner
+                .readdir(&self.ctx(ctx), inode, handle, 64 << 10, offset, &mut |d| {
+                    if all.len() >= MAX_LISTING {
+                        return Ok(0);
+                    }
+                    all.push((d.ino, d.type_, d.name.into()));
+                    next = d.offset;
+                    Ok(1)
+                })?;
+            if all.len() == before || all.len() >= MAX_LISTING || next == offset {
+                return Ok(all.into());
+            }
+            offset = next;
+        }
+    }
+
     /// The file type bits of `inode`.
     fn kind(&self, ctx: &Context, inode: u64) -> io::Result<u32> {
         let (st, _) = self.inner.getattr(&self.ctx(ctx), inode, None)?;
@@ -155,7 +199,9 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> FileSystem for Guard<F> {
     type Handle = u64;
 
     fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
-        self.inner.init(capable)
+        let mut opts = self.inner.init(capable)?;
+        opts.remove(FsOptions::DO_READDIRPLUS | FsOptions::READDIRPLUS_AUTO);
+        Ok(opts)
     }
 
     fn destroy(&self) {
@@ -464,27 +510,34 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> FileSystem for Guard<F> {
         ctx: &Context,
         inode: u64,
         handle: u64,
-        size: u32,
+        _size: u32,
         offset: u64,
         add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
     ) -> io::Result<()> {
-        self.inner
-            .readdir(&self.ctx(ctx), inode, handle, size, offset, add_entry)
-    }
-
-    fn readdirplus(
-        &self,
-        ctx: &Context,
-        inode: u64,
-        handle: u64,
-        size: u32,
-        offset: u64,
-        add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
-    ) -> io::Result<()> {
-        self.inner
-            .readdirplus(&self.ctx(ctx), inode, handle, size, offset, &mut |d, e| {
-                add_entry(d, self.map_entry(e))
-            })
+        let known = (offset != 0)
+            .then(|| lock(&self.listings).get(&handle).cloned())
+            .flatten();
+        let listing = match known {
+            Some(l) => l,
+            None => {
+                let l = self.snapshot(ctx, inode, handle)?;
+                lock(&self.listings).insert(handle, l.clone());
+                l
+            }
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (ino, type_, name)) in listing.iter().enumerate().skip(start) {
+            let entry = DirEntry {
+                ino: *ino,
+                offset: i as u64 + 1,
+                type_: *type_,
+                name,
+            };
+            if add_entry(entry)? == 0 {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn fsyncdir(&self, ctx: &Context, inode: u64, datasync: bool, handle: u64) -> io::Result<()> {
@@ -492,6 +545,7 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> FileSystem for Guard<F> {
     }
 
     fn releasedir(&self, ctx: &Context, inode: u64, flags: u32, handle: u64) -> io::Result<()> {
+        lock(&self.listings).remove(&handle);
         self.inner.releasedir(&self.ctx(ctx), inode, flags, handle)
     }
 

@@ -118,13 +118,21 @@ impl<'a> Guest<'a> {
             assert!(Instant::now() < deadline, "no reply within 10 s");
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.req
-            .used()
-            .ring()
-            .ref_at(usize::from(before) % usize::from(QSIZE))
-            .unwrap()
-            .load()
-            .len()
+        std::thread::sleep(Duration::from_millis(2));
+        let after = self.req.used().idx().load();
+        let lens: Vec<u32> = (before..after)
+            .map(|i| {
+                self.req
+                    .used()
+                    .ring()
+                    .ref_at(usize::from(i) % usize::from(QSIZE))
+                    .unwrap()
+                    .load()
+                    .len()
+            })
+            .collect();
+        assert_eq!(lens.len(), 1, "one used entry per request: {lens:?}");
+        lens[0]
     }
 
     /// One request: its error (negative errno, 0) and the reply's payload.
@@ -147,7 +155,11 @@ impl<'a> Guest<'a> {
         let used = self.kick();
         let out: OutHeader = self.mem.read_obj(GuestAddress(OUT)).unwrap();
         assert_eq!(out.unique, self.unique);
-        assert_eq!(out.len, used, "the used length is the reply's");
+        assert_eq!(
+            out.len, used,
+            "the used length is the reply's (opcode {opcode}, error {})",
+            out.error
+        );
         let mut payload = vec![0u8; out.len as usize - std::mem::size_of::<OutHeader>()];
         self.mem
             .read_slice(&mut payload, GuestAddress(OUT + 16))
@@ -454,4 +466,62 @@ fn a_descriptor_outside_guest_memory_marks_the_device_needs_reset() {
         assert!(Instant::now() < deadline, "no NEEDS_RESET within 10 s");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+#[test]
+fn a_guest_that_deletes_while_it_lists_sees_every_entry_once() {
+    // rm -r's pattern: read a batch, unlink it, read on from the offset.
+    // tmpfs offsets are positions on older kernels; the listing snapshot
+    // keeps them stable wherever the share lives.
+    let base = std::path::Path::new("/dev/shm");
+    let dir = if base.is_dir() {
+        tempfile::tempdir_in(base).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    // 100: the mock driver's rings serve about 128 requests per test.
+    for i in 0..100 {
+        std::fs::write(dir.path().join(format!("file-{i:03}")), b"x").unwrap();
+    }
+    let mem = memory(4);
+    let mut g = Guest::new(&mem, dir.path(), true);
+    const OPENDIR: u32 = 27;
+    const READDIR: u32 = 28;
+    let body = OpenIn {
+        flags: libc::O_RDONLY as u32,
+        fuse_flags: 0,
+    };
+    let (err, p) = g.call(OPENDIR, ROOT, body.as_slice());
+    assert_eq!(err, 0);
+    let fh = OpenOut::from_slice(&p[..16]).unwrap().fh;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut offset = 0;
+    loop {
+        let body = ReadIn {
+            fh,
+            offset,
+            size: 1024,
+            ..Default::default()
+        };
+        let (err, p) = g.call(READDIR, ROOT, body.as_slice());
+        assert_eq!(err, 0);
+        if p.is_empty() {
+            break;
+        }
+        let mut at = 0;
+        let mut names = Vec::new();
+        while at + 24 <= p.len() {
+            let off = u64::from_le_bytes(p[at + 8..at + 16].try_into().unwrap());
+            let len = u32::from_le_bytes(p[at + 16..at + 20].try_into().unwrap()) as usize;
+            names.push(String::from_utf8(p[at + 24..at + 24 + len].to_vec()).unwrap());
+            offset = off;
+            at += (24 + len).div_ceil(8) * 8;
+        }
+        for n in names {
+            assert!(seen.insert(n.clone()), "{n} listed twice");
+            assert_eq!(g.call(UNLINK, ROOT, &cstr(&n)).0, 0, "unlink {n}");
+        }
+    }
+    assert_eq!(seen.len(), 100, "every entry listed once");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
