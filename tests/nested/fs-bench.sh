@@ -40,7 +40,7 @@ fi
 # The workload, busybox sh: DIR MIB FILES → one line of milliseconds.
 read -r -d '' work <<'EOF' || true
 D=$1 MIB=$2 FILES=$3
-ms() { read -r up _ < /proc/uptime; echo $(( ${up%.*} * 1000 + 10 * ${up#*.} )); }
+ms() { read -r up _ < /proc/uptime; f=${up#*.}; echo $(( ${up%.*} * 1000 + 10 * (1$f - 100) )); }
 t0=$(ms); dd if=/dev/zero of="$D/big" bs=1M count="$MIB" conv=fsync 2>/dev/null; t1=$(ms)
 echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
 t2=$(ms); cat "$D/big" > /dev/null; t3=$(ms)
@@ -93,7 +93,8 @@ if [ $baseline = 1 ]; then
   q=\$!
   n=0
   while ! grep -q fs-bench-qemu-done /tmp/q.log 2>/dev/null && kill -0 \$q 2>/dev/null && [ \$n -lt 30000 ]; do sleep 0.02; n=\$((n + 1)); done
-  kill \$q 2>/dev/null; wait \$q 2>/dev/null || true
+  kill \$q 2>/dev/null || true
+  wait \$q 2>/dev/null || true
   if grep -q "fs-bench: write_ms" /tmp/q.log; then
     echo "qemu: \$(grep 'fs-bench: write_ms' /tmp/q.log | tr -d '\r')"
   else
