@@ -200,7 +200,14 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> FileSystem for Guard<F> {
 
     fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
         let mut opts = self.inner.init(capable)?;
-        opts.remove(FsOptions::DO_READDIRPLUS | FsOptions::READDIRPLUS_AUTO);
+        // Listings go through the snapshot; there is no DAX window.
+        opts.remove(
+            FsOptions::DO_READDIRPLUS | FsOptions::READDIRPLUS_AUTO | FsOptions::PERFILE_DAX,
+        );
+        // Requests of up to 1 MiB (256 pages; the passthrough asks for
+        // neither, which leaves the guest at 4 KiB writes), and reads the
+        // guest may issue side by side for the worker pool.
+        opts |= FsOptions::BIG_WRITES | FsOptions::MAX_PAGES | FsOptions::ASYNC_READ;
         Ok(opts)
     }
 

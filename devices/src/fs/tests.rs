@@ -58,6 +58,7 @@ struct Guest<'a> {
     mem: &'a Memory,
     next_desc: u16,
     unique: u64,
+    init_reply: Vec<u8>,
 }
 
 impl<'a> Guest<'a> {
@@ -80,15 +81,18 @@ impl<'a> Guest<'a> {
             mem,
             next_desc: 0,
             unique: 0,
+            init_reply: Vec::new(),
         };
+        // Linux's virtio-fs offers (among others) BIG_WRITES and MAX_PAGES.
         let init = InitIn {
             major: 7,
             minor: 33,
             max_readahead: 0x2_0000,
-            flags: 0,
+            flags: (1 << 5) | (1 << 22),
         };
-        let (err, _) = g.call(INIT, 0, init.as_slice());
+        let (err, reply) = g.call(INIT, 0, init.as_slice());
         assert_eq!(err, 0, "INIT");
+        g.init_reply = reply;
         g
     }
 
@@ -269,6 +273,17 @@ fn the_config_space_holds_the_tag_and_one_request_queue() {
     assert!(config[3..36].iter().all(|&b| b == 0));
     assert_eq!(&config[36..40], &1u32.to_le_bytes());
     assert_eq!(&config[40..], &[0; 4], "past the end reads zeros");
+}
+
+#[test]
+fn init_grants_the_guest_requests_of_one_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = memory(4);
+    let g = Guest::new(&mem, dir.path(), true);
+    let r = &g.init_reply;
+    let max_write = u32::from_le_bytes(r[20..24].try_into().unwrap());
+    let max_pages = u16::from_le_bytes(r[28..30].try_into().unwrap());
+    assert_eq!((max_write, max_pages), (1 << 20, 256));
 }
 
 #[test]
