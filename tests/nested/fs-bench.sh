@@ -82,7 +82,9 @@ echo "boxdesk: \$(\$B exec fb -- sh /mnt/b/work.sh /mnt/b $mib $files)"
 \$B stop fb || true
 if [ $baseline = 1 ]; then
   chroot /host $virtiofsd --socket-path=/tmp/vfsd.sock -o source=/tmp/qshare -o cache=auto >/tmp/vfsd.log 2>&1 &
-  n=0; while [ ! -S /tmp/vfsd.sock ] && [ \$n -lt 500 ]; do sleep 0.02; n=\$((n + 1)); done
+  # virtiofsd starts slowly under nested TCG: up to 5 minutes for its socket.
+  n=0; while [ ! -S /tmp/vfsd.sock ] && [ \$n -lt 3000 ]; do sleep 0.1; n=\$((n + 1)); done
+  echo "qemu: virtiofsd socket after \$((n / 10)) s"; cat /tmp/vfsd.log || true
   chroot /host qemu-system-x86_64 -enable-kvm -M microvm,memory-backend=mem -cpu host -smp 1 -m 1024 \
     -object memory-backend-memfd,id=mem,size=1024M,share=on \
     -chardev socket,id=vfs,path=/tmp/vfsd.sock -device vhost-user-fs-device,chardev=vfs,tag=q \
@@ -98,11 +100,11 @@ if [ $baseline = 1 ]; then
   if grep -q "fs-bench: write_ms" /tmp/q.log; then
     echo "qemu: \$(grep 'fs-bench: write_ms' /tmp/q.log | tr -d '\r')"
   else
-    echo "qemu: no result; qemu said:"; cat /tmp/q.out; tail -5 /tmp/q.log; cat /tmp/vfsd.log
+    echo "qemu: no result; qemu said:"; cat /tmp/q.out; tail -5 /tmp/q.log 2>/dev/null || true
   fi
 fi
 EOF
-bash "$here/run.sh" "$arch" --hostroot --timeout 1500 -- /bin/sh -c "$script" | tee "$tmp/out"
+bash "$here/run.sh" "$arch" --hostroot --timeout 1500 -- /bin/sh -c "$script" | tee "$tmp/out" || true
 
 # The ratios, from the three lines.
 python3 - "$tmp/out" "$mib" "$files" <<'PY'
