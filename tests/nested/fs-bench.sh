@@ -71,26 +71,29 @@ read -r -d '' script <<EOF || true
 set -e
 export XDG_RUNTIME_DIR=/tmp/rt HOME=/tmp/h BOXDESK_IMAGE_DIR=/run/host$img
 mkdir -p -m 700 /tmp/rt /tmp/h
-mkdir -p /tmp/native /tmp/share /tmp/qshare
+# qemu and virtiofsd run under chroot /host, which shares L1's /dev (not
+# its /tmp): their directory and socket live in L1's devtmpfs.
+mkdir -p /tmp/native /tmp/share /dev/boxdesk-qshare
 cp /run/host$tmp/work.sh /tmp/work.sh
 cp /tmp/work.sh /tmp/share/work.sh
-cp /tmp/work.sh /tmp/qshare/work.sh
+cp /tmp/work.sh /dev/boxdesk-qshare/work.sh
 B=/run/host$bin
 echo "native: \$(sh /tmp/work.sh /tmp/native $mib $files)"
 \$B run --backend kvm -d --name fb --mem 1024 --share /tmp/share:/mnt/b >/dev/null
 echo "boxdesk: \$(\$B exec fb -- sh /mnt/b/work.sh /mnt/b $mib $files)"
 \$B stop fb || true
 if [ $baseline = 1 ]; then
-  chroot /host $virtiofsd --socket-path=/tmp/vfsd.sock -o source=/tmp/qshare -o cache=auto >/tmp/vfsd.log 2>&1 &
+  chroot /host $virtiofsd --socket-path=/dev/boxdesk-vfsd.sock -o source=/dev/boxdesk-qshare -o cache=auto >/tmp/vfsd.log 2>&1 &
+  v=\$!
   # virtiofsd starts slowly under nested TCG: up to 5 minutes for its socket.
-  n=0; while [ ! -S /tmp/vfsd.sock ] && [ \$n -lt 3000 ]; do sleep 0.1; n=\$((n + 1)); done
+  n=0; while [ ! -S /dev/boxdesk-vfsd.sock ] && kill -0 \$v 2>/dev/null && [ \$n -lt 3000 ]; do sleep 0.1; n=\$((n + 1)); done
   echo "qemu: virtiofsd socket after \$((n / 10)) s"; cat /tmp/vfsd.log || true
   chroot /host qemu-system-x86_64 -enable-kvm -M microvm,memory-backend=mem -cpu host -smp 1 -m 1024 \
     -object memory-backend-memfd,id=mem,size=1024M,share=on \
-    -chardev socket,id=vfs,path=/tmp/vfsd.sock -device vhost-user-fs-device,chardev=vfs,tag=q \
+    -chardev socket,id=vfs,path=/dev/boxdesk-vfsd.sock -device vhost-user-fs-device,chardev=vfs,tag=q \
     -global virtio-mmio.force-legacy=false \
     -nodefaults -no-user-config -display none -no-reboot -serial file:/tmp/q.log \
-    -kernel $kernel -initrd /run/host$tmp/qemu-initrd.cpio.gz \
+    -kernel $kernel -initrd $tmp/qemu-initrd.cpio.gz \
     -append "console=ttyS0 reboot=k panic=-1 quiet rdinit=/fsbench" >/tmp/q.out 2>&1 &
   q=\$!
   n=0
