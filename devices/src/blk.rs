@@ -600,18 +600,7 @@ mod tests {
 
         /// Puts a well-linked chain of `(addr, len, device_writable)` on the ring.
         fn push(&mut self, parts: &[(u64, u32, bool)]) {
-            let base = self.next_desc;
-            let descs: Vec<Descriptor> = parts
-                .iter()
-                .enumerate()
-                .map(|(i, &(addr, len, w))| {
-                    let mut flags = if w { VRING_DESC_F_WRITE as u16 } else { 0 };
-                    if i + 1 < parts.len() {
-                        flags |= VRING_DESC_F_NEXT as u16;
-                    }
-                    Descriptor::new(addr, len, flags, base + i as u16 + 1)
-                })
-                .collect();
+            let descs = crate::virtio::mmio::test_driver::chain(parts, self.next_desc, u16::MAX);
             self.push_raw(&descs);
         }
 

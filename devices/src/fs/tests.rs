@@ -10,8 +10,7 @@ use fuse_backend_rs::abi::fuse_abi::{
     Attr, CreateIn, EntryOut, InHeader, InitIn, MknodIn, OpenIn, OpenOut, OutHeader, ReadIn,
     SetattrIn, WriteIn,
 };
-use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
-use virtio_queue::desc::{split::Descriptor, RawDescriptor};
+use virtio_queue::desc::RawDescriptor;
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{ByteValued, Bytes, GuestAddress};
 
@@ -98,16 +97,9 @@ impl<'a> Guest<'a> {
 
     fn push(&mut self, parts: &[(u64, u32, bool)]) {
         let base = self.next_desc;
-        let descs: Vec<RawDescriptor> = parts
-            .iter()
-            .enumerate()
-            .map(|(i, &(addr, len, w))| {
-                let mut flags = if w { VRING_DESC_F_WRITE as u16 } else { 0 };
-                if i + 1 < parts.len() {
-                    flags |= VRING_DESC_F_NEXT as u16;
-                }
-                Descriptor::new(addr, len, flags, (base + i as u16 + 1) % QSIZE).into()
-            })
+        let descs: Vec<RawDescriptor> = crate::virtio::mmio::test_driver::chain(parts, base, QSIZE)
+            .into_iter()
+            .map(Into::into)
             .collect();
         self.req.add_desc_chains(&descs, base).unwrap();
         self.next_desc = (base + parts.len() as u16) % QSIZE;

@@ -486,6 +486,28 @@ pub(crate) mod test_driver {
         Memory::from_ranges(&[(GuestAddress(0), mib << 20)]).expect("test memory")
     }
 
+    /// A well-linked chain of `(addr, len, device_writable)` starting at
+    /// descriptor `base` of a ring of `size` (the last `next` wraps).
+    pub(crate) fn chain(
+        parts: &[(u64, u32, bool)],
+        base: u16,
+        size: u16,
+    ) -> Vec<virtio_queue::desc::split::Descriptor> {
+        use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(addr, len, w))| {
+                let mut flags = if w { VRING_DESC_F_WRITE as u16 } else { 0 };
+                if i + 1 < parts.len() {
+                    flags |= VRING_DESC_F_NEXT as u16;
+                }
+                let next = (u32::from(base) + i as u32 + 1) % u32::from(size);
+                virtio_queue::desc::split::Descriptor::new(addr, len, flags, next as u16)
+            })
+            .collect()
+    }
+
     /// The guest's side of one transport.
     pub(crate) struct Driver {
         pub(crate) transport: MmioTransport,
