@@ -2,7 +2,7 @@
 # Builds a crate's tests as static musl binaries and runs them inside an L1
 # guest of that arch (README.md beside this file):
 #
-#   tests/nested/cargo-test.sh ARCH [--timeout SECS] [--no-run] CARGO_ARGS... [-- TEST_ARGS...]
+#   tests/nested/cargo-test.sh ARCH [--timeout SECS] [--mem MIB] [--no-run] CARGO_ARGS... [-- TEST_ARGS...]
 #   e.g. tests/nested/cargo-test.sh aarch64 -p boxdesk-channel
 #
 # CARGO_ARGS select what to build, as for `cargo test` (-p, --test, --lib,
@@ -14,6 +14,7 @@
 # line included, streams through; the last line sums up. Exit status: 0 when
 # every binary passed, 101 when one failed (as cargo test), 124 when L1's
 # deadline (--timeout, default 1800 s) hit, 125 when the harness failed.
+# --mem sets L1's memory (run.sh's default, 2048 MiB, unless given).
 # --no-run only builds, and prints the static executables: `test PATH` per
 # test binary and `bin PATH` per binary built beside them (an integration
 # test's CARGO_BIN_EXE_*: `-p boxdesk` gives a static `boxdesk`).
@@ -32,13 +33,14 @@ say() { printf 'cargo-test[%s]: %s\n' "${arch:-?}" "$*" >&2; }
 arch=${1:-}
 case "$arch" in
   x86_64 | aarch64) shift ;;
-  *) echo "usage: $0 x86_64|aarch64 [--timeout SECS] CARGO_ARGS... [-- TEST_ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 x86_64|aarch64 [--timeout SECS] [--mem MIB] CARGO_ARGS... [-- TEST_ARGS...]" >&2; exit 2 ;;
 esac
-timeout=1800 no_run=0
+timeout=1800 no_run=0 mem=()
 cargo_args=() test_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --timeout) timeout=$2; shift 2 ;;
+    --mem) mem=(--mem "$2"); shift 2 ;;
     --no-run) no_run=1; shift ;;
     --) shift; test_args=("$@"); break ;;
     *) cargo_args+=("$1"); shift ;;
@@ -123,6 +125,6 @@ for a in "${test_args[@]+"${test_args[@]}"}"; do targs="$targs $(q "$a")"; done
 
 say "running $(wc -l <<<"$tests") test binaries in L1"
 rc=0
-bash "$here/run.sh" "$arch" --hostroot --timeout "$timeout" \
+bash "$here/run.sh" "$arch" --hostroot --timeout "$timeout" "${mem[@]+"${mem[@]}"}" \
   --file "$script:/nested/cargo-test.sh" -- sh /nested/cargo-test.sh || rc=$?
 exit "$rc"

@@ -72,11 +72,13 @@ set -e
 export XDG_RUNTIME_DIR=/tmp/rt HOME=/tmp/h BOXDESK_IMAGE_DIR=/run/host$img
 mkdir -p -m 700 /tmp/rt /tmp/h
 # qemu and virtiofsd run under chroot /host, which shares L1's /dev (not
-# its /tmp): their directory and socket live in L1's devtmpfs.
+# its /tmp): their directory, socket, initrd and serial log live in L1's
+# devtmpfs.
 mkdir -p /tmp/native /tmp/share /dev/boxdesk-qshare
 cp /run/host$tmp/work.sh /tmp/work.sh
 cp /tmp/work.sh /tmp/share/work.sh
 cp /tmp/work.sh /dev/boxdesk-qshare/work.sh
+cp /run/host$tmp/qemu-initrd.cpio.gz /dev/boxdesk-q.initrd
 B=/run/host$bin
 echo "native: \$(sh /tmp/work.sh /tmp/native $mib $files)"
 \$B run --backend kvm -d --name fb --mem 1024 --share /tmp/share:/mnt/b >/dev/null
@@ -92,18 +94,18 @@ if [ $baseline = 1 ]; then
     -object memory-backend-memfd,id=mem,size=1024M,share=on \
     -chardev socket,id=vfs,path=/dev/boxdesk-vfsd.sock -device vhost-user-fs-device,chardev=vfs,tag=q \
     -global virtio-mmio.force-legacy=false \
-    -nodefaults -no-user-config -display none -no-reboot -serial file:/tmp/q.log \
-    -kernel $kernel -initrd $tmp/qemu-initrd.cpio.gz \
+    -nodefaults -no-user-config -display none -no-reboot -serial file:/dev/boxdesk-q.log \
+    -kernel $kernel -initrd /dev/boxdesk-q.initrd \
     -append "console=ttyS0 reboot=k panic=-1 quiet rdinit=/fsbench" >/tmp/q.out 2>&1 &
   q=\$!
   n=0
-  while ! grep -q fs-bench-qemu-done /tmp/q.log 2>/dev/null && kill -0 \$q 2>/dev/null && [ \$n -lt 30000 ]; do sleep 0.02; n=\$((n + 1)); done
+  while ! grep -q fs-bench-qemu-done /dev/boxdesk-q.log 2>/dev/null && kill -0 \$q 2>/dev/null && [ \$n -lt 30000 ]; do sleep 0.02; n=\$((n + 1)); done
   kill \$q 2>/dev/null || true
   wait \$q 2>/dev/null || true
-  if grep -q "fs-bench: write_ms" /tmp/q.log; then
-    echo "qemu: \$(grep 'fs-bench: write_ms' /tmp/q.log | tr -d '\r')"
+  if grep -q "fs-bench: write_ms" /dev/boxdesk-q.log; then
+    echo "qemu: \$(grep 'fs-bench: write_ms' /dev/boxdesk-q.log | tr -d '\r')"
   else
-    echo "qemu: no result; qemu said:"; cat /tmp/q.out; tail -5 /tmp/q.log 2>/dev/null || true
+    echo "qemu: no result; qemu said:"; cat /tmp/q.out; tail -5 /dev/boxdesk-q.log 2>/dev/null || true; cat /tmp/vfsd.log
   fi
 fi
 EOF
