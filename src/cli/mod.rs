@@ -387,7 +387,13 @@ fn init_logging(verbose: bool) {
 /// `cowork`), so a burst of connections meets the servers' own cap and
 /// its clear refusal before `EMFILE`; says so in the log.
 pub fn raise_nofile() {
-    match boxdesk_platform::limits::raise_nofile() {
+    log_nofile(boxdesk_platform::limits::raise_nofile());
+}
+
+fn log_nofile(
+    raised: Result<boxdesk_platform::limits::Nofile, boxdesk_platform::limits::LimitError>,
+) {
+    match raised {
         Ok(n) if n.now != n.before => {
             tracing::info!("open-file limit raised from {} to {}", n.before, n.now)
         }
@@ -397,10 +403,15 @@ pub fn raise_nofile() {
 }
 
 fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
-    raise_nofile();
     boxdesk_sandbox::conn::few_malloc_arenas();
     let backend: Backend = a.backend.parse()?;
     let backend = backend.resolve()?;
+    // A VM's virtio-fs server holds a descriptor per cached guest inode.
+    if backend.is_vm() && (a.root_host || !a.share.is_empty()) {
+        log_nofile(boxdesk_platform::limits::raise_nofile_for_files());
+    } else {
+        raise_nofile();
+    }
     let foreground = a.foreground;
     let ready = match a.ready_fd {
         Some(fd) => Some(tty::adopt_fd(fd).context("--ready-fd")?),

@@ -42,3 +42,57 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_limit() {
     };
     assert_eq!((v[1], v[2], v[3]), (expect, expect, hard), "{line}");
 }
+
+/// Whether this process has `CAP_SYS_RESOURCE` (bit 24 of `CapEff`).
+fn has_sys_resource() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap() & (1 << 24) != 0
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_file_server_raises_the_hard_limit_where_it_may_and_else_the_soft_one() {
+    if std::env::var_os("BOXDESK_LIMITS_FILES_CHILD").is_some() {
+        let got = boxdesk_platform::limits::raise_nofile_for_files().unwrap();
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        println!("RAISED {} {} {soft} {hard}", got.before, got.now);
+        return;
+    }
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if hard < 512 {
+        println!("skipped: the hard open-file limit is {hard}");
+        return;
+    }
+    // A hard limit of 512 the child starts under (lowering needs no
+    // privilege), soft 64.
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -Sn 64 && ulimit -Hn 512 && exec \"$0\" --exact limits::a_file_server_raises_the_hard_limit_where_it_may_and_else_the_soft_one --nocapture")
+        .arg(&exe)
+        .env("BOXDESK_LIMITS_FILES_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RAISED "))
+        .unwrap_or_else(|| panic!("no RAISED line: {text}"));
+    let v: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+    let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let expect = if has_sys_resource() {
+        boxdesk_platform::limits::FILE_SERVER_NOFILE.min(nr_open)
+    } else {
+        512
+    };
+    assert_eq!(v, [64, expect, expect, expect], "{line}");
+}
