@@ -5,8 +5,30 @@ use std::process::Command;
 
 use nix::sys::resource::{getrlimit, Resource};
 
-/// Runs this test binary's `raise_in_child` helper under a soft limit of
-/// 64 and returns what it printed.
+/// Runs test `test` of this binary again under `sh -c "ULIMITS && exec …"`
+/// with `env` set, and returns the four numbers of its `RAISED` line:
+/// soft before, soft after (as the raise says), then soft and hard as
+/// `getrlimit` sees them.
+fn raised_in_child(ulimits: &str, test: &str, env: &str) -> Vec<u64> {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{ulimits} && exec \"$0\" --exact {test} --nocapture"
+        ))
+        .arg(&exe)
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RAISED "))
+        .unwrap_or_else(|| panic!("no RAISED line: {text}"));
+    line.split(' ').map(|n| n.parse().unwrap()).collect()
+}
+
+/// The soft limit (64 in the child) goes to the hard one.
 #[test]
 fn the_soft_open_file_limit_is_raised_to_the_hard_limit() {
     if std::env::var_os("BOXDESK_LIMITS_CHILD").is_some() {
@@ -20,20 +42,12 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_limit() {
         println!("skipped: the hard open-file limit is {hard}");
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -Sn 64 && exec \"$0\" --exact limits::the_soft_open_file_limit_is_raised_to_the_hard_limit --nocapture")
-        .arg(&exe)
-        .env("BOXDESK_LIMITS_CHILD", "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("RAISED "))
-        .unwrap_or_else(|| panic!("no RAISED line: {text}"));
-    let v: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+    let v = raised_in_child(
+        "ulimit -Sn 64",
+        "limits::the_soft_open_file_limit_is_raised_to_the_hard_limit",
+        "BOXDESK_LIMITS_CHILD",
+    );
+    let line = format!("{v:?}");
     assert_eq!(v[0], 64, "{line}");
     let expect = if cfg!(target_vendor = "apple") {
         hard.min(10_240)
@@ -70,20 +84,12 @@ fn a_file_server_raises_the_hard_limit_where_it_may_and_else_the_soft_one() {
     }
     // A hard limit of 512 the child starts under (lowering needs no
     // privilege), soft 64.
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -Sn 64 && ulimit -Hn 512 && exec \"$0\" --exact limits::a_file_server_raises_the_hard_limit_where_it_may_and_else_the_soft_one --nocapture")
-        .arg(&exe)
-        .env("BOXDESK_LIMITS_FILES_CHILD", "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("RAISED "))
-        .unwrap_or_else(|| panic!("no RAISED line: {text}"));
-    let v: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+    let v = raised_in_child(
+        "ulimit -Sn 64 && ulimit -Hn 512",
+        "limits::a_file_server_raises_the_hard_limit_where_it_may_and_else_the_soft_one",
+        "BOXDESK_LIMITS_FILES_CHILD",
+    );
+    let line = format!("{v:?}");
     let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .unwrap()
         .trim()
