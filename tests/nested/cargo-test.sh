@@ -22,7 +22,10 @@
 # Build: where rustup has the musl std for the target, plain cargo; otherwise
 # (these build machines) Debian's Rust builds std for it with zig as the
 # linker, as images/build-agent.sh does, in $BOXDESK_CACHE/cross. Tests need
-# unwinding, so this is the dev profile with -Zbuild-std=std,panic_unwind,test.
+# unwinding, so this is the dev profile with -Zbuild-std=std,panic_unwind,test,
+# at opt-level 1 (debug assertions and overflow checks stay): under TCG an
+# unoptimised VMM's device emulation and file server cost tens of times what
+# they cost built, and every VM test waits on them.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,7 +59,7 @@ trap 'rm -f "$json"' EXIT
 say "building tests for $target: ${cargo_args[*]}"
 if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
   target_dir=$root/target
-  (cd "$root" && cargo build --locked --tests --target "$target" \
+  (cd "$root" && CARGO_PROFILE_DEV_OPT_LEVEL=1 cargo build --locked --tests --target "$target" \
     --message-format=json-render-diagnostics "${cargo_args[@]}") >"$json"
 else
   zig_dir=$(python3 -c 'import ziglang, os; print(os.path.dirname(ziglang.__file__))' 2>/dev/null) || {
@@ -73,7 +76,7 @@ else
   # /usr/bin first only here: Debian's cargo (with its std source) must
   # shadow rustup's for -Zbuild-std.
   (cd "$root" && PATH="$zig_dir:/usr/bin:$PATH" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
-    RUSTFLAGS="-C link-self-contained=no" \
+    CARGO_PROFILE_DEV_OPT_LEVEL=1 RUSTFLAGS="-C link-self-contained=no" \
     "$zigbuild" zigbuild --locked --tests -Zbuild-std=std,panic_unwind,test \
     --target "$target" --target-dir "$target_dir" \
     --message-format=json-render-diagnostics "${cargo_args[@]}") >"$json"
