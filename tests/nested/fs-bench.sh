@@ -2,9 +2,12 @@
 # File-sharing figures inside an L1 (real KVM under qemu TCG):
 #   tests/nested/fs-bench.sh [x86_64|aarch64] [MIB] [FILES]
 # One workload (sequential write and read of MIB MiB, FILES small files
-# created then stat'ed by `ls -l`) run three ways in the same L1 run:
+# created then stat'ed by `ls -l`) run four ways in the same L1 run:
 #   native  — on the L1's own file system (its tmpfs /tmp);
 #   boxdesk — in a boxdesk VM, through `run --share` (our virtio-fs);
+#   guest   — in the same VM on its own tmpfs: what nested TCG costs the
+#             L2 without any file server, so boxdesk/guest is virtio-fs's
+#             own share of the gap to native;
 #   qemu    — x86_64 only: qemu -M microvm booting the same image with the
 #             host's virtiofsd (Debian's qemu 7.2 ships it) on the same
 #             directory. aarch64: not run — that L1 cannot run the host's
@@ -83,6 +86,7 @@ B=/run/host$bin
 echo "native: \$(sh /tmp/work.sh /tmp/native $mib $files)"
 \$B run --backend kvm -d --name fb --mem 1024 --share /tmp/share:/mnt/b >/dev/null
 echo "boxdesk: \$(\$B exec fb -- sh /mnt/b/work.sh /mnt/b $mib $files)"
+echo "guest: \$(\$B exec fb -- sh -c "mkdir -p /tmp/g && sh /mnt/b/work.sh /tmp/g $mib $files")"
 \$B stop fb || true
 if [ $baseline = 1 ]; then
   chroot /host $virtiofsd --socket-path=/dev/boxdesk-vfsd.sock -o source=/dev/boxdesk-qshare -o cache=auto >/tmp/vfsd.log 2>&1 &
@@ -117,7 +121,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 mib, files = int(sys.argv[2]), int(sys.argv[3])
 rows = {}
-for who in ("native", "boxdesk", "qemu"):
+for who in ("native", "guest", "boxdesk", "qemu"):
     m = re.search(who + r": fs-bench: write_ms=(\d+) read_ms=(\d+) small_ms=(\d+)", text)
     if m:
         w, r, s = (max(int(x), 10) for x in m.groups())
@@ -127,6 +131,8 @@ for i, name in enumerate(names):
     line = f"{name}: " + ", ".join(f"{who} {v[i]:.1f}" for who, v in rows.items())
     if "native" in rows and "boxdesk" in rows:
         line += f"; boxdesk/native {rows['boxdesk'][i] / rows['native'][i]:.2f}"
+    if "guest" in rows and "boxdesk" in rows:
+        line += f"; boxdesk/guest-tmpfs {rows['boxdesk'][i] / rows['guest'][i]:.2f}"
     if "qemu" in rows and "boxdesk" in rows:
         line += f"; boxdesk/qemu+virtiofsd {rows['boxdesk'][i] / rows['qemu'][i]:.2f}"
     print(line)
