@@ -403,6 +403,7 @@ fn log_nofile(
 }
 
 fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
+    abort_on_panic();
     boxdesk_sandbox::conn::few_malloc_arenas();
     let backend: Backend = a.backend.parse()?;
     let backend = backend.resolve()?;
@@ -452,6 +453,18 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// Makes a panic on any thread of the helper end the process, after the
+/// usual report (to its log): what release builds do (`panic = "abort"`),
+/// in every build. A test build's device thread that panicked would
+/// otherwise die alone, and the guest wait forever for the request it held.
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
 }
 
 /// The runtime dir and the paths of sandbox `name`, refusing a bad name or

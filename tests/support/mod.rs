@@ -236,6 +236,32 @@ impl Started<'_> {
     pub fn sh(&self, script: &str) -> Out {
         self.exec(&["sh", "-c", script])
     }
+
+    /// The last `max` bytes of the sandbox's host log (`NAME.log` under
+    /// the test's root): what its helper said, for a failure's report.
+    pub fn log_tail(&self, max: usize) -> String {
+        fn find(dir: &Path, name: &str) -> Option<PathBuf> {
+            for e in fs::read_dir(dir).ok()?.flatten() {
+                let p = e.path();
+                if e.file_name().to_str() == Some(name) {
+                    return Some(p);
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    if let Some(f) = find(&p, name) {
+                        return Some(f);
+                    }
+                }
+            }
+            None
+        }
+        let log = format!("{}.log", self.name);
+        let Some(path) = find(self.env.root(), &log) else {
+            return format!("(no {log} under {})", self.env.root().display());
+        };
+        let bytes = fs::read(&path).unwrap_or_default();
+        let tail = &bytes[bytes.len().saturating_sub(max)..];
+        format!("{}:\n{}", path.display(), String::from_utf8_lossy(tail))
+    }
 }
 
 impl Drop for Started<'_> {
@@ -288,7 +314,14 @@ pub fn wait_output(child: Child) -> Out {
 }
 
 /// Waits for a spawned child with piped output, within `limit`.
-pub fn wait_output_within(mut child: Child, limit: Duration) -> Out {
+pub fn wait_output_within(child: Child, limit: Duration) -> Out {
+    wait_output_until(child, limit)
+        .unwrap_or_else(|| panic!("command did not finish within {limit:?}"))
+}
+
+/// Waits for a spawned child with piped output, within `limit`; `None`
+/// (the child killed) when it took longer.
+pub fn wait_output_until(mut child: Child, limit: Duration) -> Option<Out> {
     let mut so = child.stdout.take().unwrap();
     let mut se = child.stderr.take().unwrap();
     let t1 = std::thread::spawn(move || {
@@ -308,20 +341,31 @@ pub fn wait_output_within(mut child: Child, limit: Duration) -> Out {
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            panic!("command did not finish within {limit:?}");
+            let _ = child.wait();
+            return None;
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    // A process the child left behind may hold its pipes open: wait for
+    // them within `limit` (and 10 s more), not for ever.
+    while !(t1.is_finished() && t2.is_finished()) {
+        assert!(
+            start.elapsed() < limit + Duration::from_secs(10),
+            "the command exited ({status}) but its output pipes stayed open \
+             past {limit:?}: a process it left behind holds them"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let Output { stdout, stderr, .. } = Output {
         status,
         stdout: t1.join().unwrap(),
         stderr: t2.join().unwrap(),
     };
-    Out {
+    Some(Out {
         status,
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+    })
 }
 
 /// `/proc/<pid>` exists and is not a zombie.

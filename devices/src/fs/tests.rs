@@ -26,6 +26,7 @@ const SYMLINK: u32 = 6;
 const MKNOD: u32 = 8;
 const MKDIR: u32 = 9;
 const UNLINK: u32 = 10;
+const RENAME: u32 = 12;
 const OPEN: u32 = 14;
 const READ: u32 = 15;
 const WRITE: u32 = 16;
@@ -437,7 +438,7 @@ fn create_never_opens_a_name_that_exists() {
 }
 
 #[test]
-fn a_garbage_request_gets_an_empty_reply_and_the_device_keeps_serving() {
+fn a_garbage_request_gets_an_error_reply_and_the_device_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("in"), b"x").unwrap();
     let mem = memory(4);
@@ -456,7 +457,14 @@ fn a_garbage_request_gets_an_empty_reply_and_the_device_keeps_serving() {
     };
     mem.write_slice(h.as_slice(), GuestAddress(IN)).unwrap();
     g.push(&[(IN, 40, false), (OUT, OUT_LEN, true)]);
-    g.kick();
+    let used = g.kick();
+    let out: OutHeader = mem.read_obj(GuestAddress(OUT)).unwrap();
+    assert_eq!((out.unique, out.len), (99, used), "{out:?}");
+    assert!(out.error < 0, "{out:?}");
+    // A rename whose names lack their NULs: the server gives up without a
+    // reply of its own; the device answers EIO for it.
+    let (err, _) = g.call(RENAME, ROOT, &[&ROOT.to_le_bytes()[..], b"in"].concat());
+    assert_eq!(err, -libc::EIO);
     assert_eq!(g.drv.status() & STATUS_NEEDS_RESET, 0);
     assert!(g.lookup(ROOT, "in").is_ok());
 }

@@ -6,17 +6,18 @@
 //!
 //! A worker takes one chain off a queue under that queue's lock, wakes
 //! another worker in case more are waiting, serves the request without any
-//! lock held and puts the reply on the used ring. A chain the FUSE server
-//! cannot make sense of gets an empty reply (the guest sees an error for
-//! that request, the device goes on); a chain outside guest memory or a
-//! ring the driver broke marks the device `NEEDS_RESET`, as every device
-//! here does.
+//! lock held and puts the reply on the used ring. A request the FUSE
+//! server fails on gets an `EIO` reply (the guest sees an error for that
+//! request, the device goes on); a chain outside guest memory or a ring
+//! the driver broke marks the device `NEEDS_RESET`, as every device here
+//! does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use boxdesk_platform::sync::lock;
+use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
 use tracing::debug;
@@ -217,10 +218,12 @@ fn serve(shared: &Shared, q: usize) {
 }
 
 /// Serves one request; the length of the reply written, `None` when the
-/// chain itself is bad.
+/// chain itself is bad. A request the server fails on is answered `EIO`
+/// where it expects an answer, so no guest process waits for a reply that
+/// will not come.
 fn handle(shared: &Shared, chain: DescriptorChain<&Memory>) -> Option<u32> {
     let reader = Reader::from_descriptor_chain(&shared.mem, chain.clone()).ok()?;
-    let writer = VirtioFsWriter::new(&shared.mem, chain).ok()?;
+    let writer = VirtioFsWriter::new(&shared.mem, chain.clone()).ok()?;
     match shared
         .server
         .handle_message(reader, writer.into(), None, None)
@@ -228,8 +231,35 @@ fn handle(shared: &Shared, chain: DescriptorChain<&Memory>) -> Option<u32> {
         Ok(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
         Err(e) => {
             debug!("virtio-fs: a request that could not be served: {e}");
-            Some(0)
+            Some(reply_error(&shared.mem, chain, libc::EIO))
         }
+    }
+}
+
+/// Writes a bare FUSE error reply (`errno`) for the request on `chain`;
+/// the bytes written: none for a request without a reply (`FORGET`,
+/// `BATCH_FORGET`) or one whose header cannot be read.
+fn reply_error(mem: &Memory, chain: DescriptorChain<&Memory>, errno: i32) -> u32 {
+    let Ok(mut reader) = Reader::from_descriptor_chain(mem, chain.clone()) else {
+        return 0;
+    };
+    let Ok(inh) = reader.read_obj::<InHeader>() else {
+        return 0;
+    };
+    if inh.opcode == Opcode::Forget as u32 || inh.opcode == Opcode::BatchForget as u32 {
+        return 0;
+    }
+    let Ok(mut writer) = VirtioFsWriter::new(mem, chain) else {
+        return 0;
+    };
+    let out = OutHeader {
+        len: std::mem::size_of::<OutHeader>() as u32,
+        error: -errno,
+        unique: inh.unique,
+    };
+    match writer.write_obj(out) {
+        Ok(()) => out.len,
+        Err(_) => 0,
     }
 }
 
