@@ -237,30 +237,17 @@ impl Started<'_> {
         self.exec(&["sh", "-c", script])
     }
 
-    /// The last `max` bytes of the sandbox's host log (`NAME.log` under
-    /// the test's root): what its helper said, for a failure's report.
+    /// The last `max` bytes of the sandbox's host log (`NAME.log` in the
+    /// runtime dir): what its helper said, for a failure's report.
     pub fn log_tail(&self, max: usize) -> String {
-        fn find(dir: &Path, name: &str) -> Option<PathBuf> {
-            for e in fs::read_dir(dir).ok()?.flatten() {
-                let p = e.path();
-                if e.file_name().to_str() == Some(name) {
-                    return Some(p);
-                }
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    if let Some(f) = find(&p, name) {
-                        return Some(f);
-                    }
-                }
+        let path = self.env.runtime().join(format!("{}.log", self.name));
+        match fs::read(&path) {
+            Ok(bytes) => {
+                let tail = &bytes[bytes.len().saturating_sub(max)..];
+                format!("{}:\n{}", path.display(), String::from_utf8_lossy(tail))
             }
-            None
+            Err(e) => format!("({}: {e})", path.display()),
         }
-        let log = format!("{}.log", self.name);
-        let Some(path) = find(self.env.root(), &log) else {
-            return format!("(no {log} under {})", self.env.root().display());
-        };
-        let bytes = fs::read(&path).unwrap_or_default();
-        let tail = &bytes[bytes.len().saturating_sub(max)..];
-        format!("{}:\n{}", path.display(), String::from_utf8_lossy(tail))
     }
 }
 
