@@ -7,7 +7,9 @@
 //! policy: the helper does.
 //!
 //! Threads: one per vCPU (a vCPU is bound to the thread that created it,
-//! [`vcpu`]), plus the vsock device's event thread. A stop kicks every
+//! [`vcpu`]), the devices' own (vsock's event thread, virtio-fs's
+//! workers) and, on KVM, the thread that turns queue kicks (ioeventfds)
+//! into notifications (`notify`). A stop kicks every
 //! vCPU, whose `run` then returns `Cancelled`.
 
 #![deny(missing_docs)]
@@ -16,6 +18,8 @@ pub mod arch;
 pub mod image;
 mod irq;
 pub mod mounts;
+#[cfg(target_os = "linux")]
+mod notify;
 pub mod sandbox;
 mod vcpu;
 
@@ -171,6 +175,9 @@ pub struct RunningVm {
     _mem: Memory,
     _vm: Arc<HvVm>,
     _devices: Vec<Arc<Mutex<MmioTransport>>>,
+    /// Queue kicks through ioeventfds (KVM).
+    #[cfg(target_os = "linux")]
+    _notifier: notify::Notifier,
 }
 
 /// The buses a vCPU's exits go to: port I/O (x86_64 only) and MMIO.
@@ -311,6 +318,13 @@ impl RunningVm {
             slots.push((addr, line));
             devices.push(t);
         }
+        #[cfg(target_os = "linux")]
+        let notifier = {
+            let windows: Vec<_> = (slots.iter().map(|s| s.0))
+                .zip(devices.iter().cloned())
+                .collect();
+            notify::Notifier::start(&vm, &windows)?
+        };
         let boot = host::write_boot(
             &mem,
             &loaded,
@@ -326,6 +340,8 @@ impl RunningVm {
             _mem: mem,
             _vm: vm,
             _devices: devices,
+            #[cfg(target_os = "linux")]
+            _notifier: notifier,
         };
         // Every vCPU is created and set up (on its own thread) before the
         // VM is finalised (KVM arm64's vGIC init needs them all) and the

@@ -44,6 +44,9 @@ use crate::irq::IrqLine;
 pub const MMIO_SIZE: u64 = 0x1000;
 /// Where the device's configuration space starts in the window.
 pub const CONFIG_OFFSET: u64 = 0x100;
+/// Offset of the `QueueNotify` register: the driver writes a queue's index
+/// there (where a hypervisor can turn that write into an eventfd signal).
+pub const QUEUE_NOTIFY_OFFSET: u64 = VIRTIO_MMIO_QUEUE_NOTIFY as u64;
 /// The MagicValue register: "virt" in little endian.
 pub const MAGIC_VALUE: u32 = 0x7472_6976;
 /// The Version register: 2, the modern (virtio 1.x) transport.
@@ -184,6 +187,11 @@ impl MmioTransport {
         self.interrupt_status.load(Ordering::SeqCst)
     }
 
+    /// How many queues the device has (`QueueNotify` values `0..count`).
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
     /// Whether the device was started (`DRIVER_OK` accepted) and not reset since.
     pub fn is_activated(&self) -> bool {
         self.activated
@@ -300,7 +308,10 @@ impl MmioTransport {
         }
     }
 
-    fn notify(&mut self, value: u32) {
+    /// The driver notified queue `value` (a `QueueNotify` write, or the
+    /// eventfd the hypervisor signals for one): the device is told if it
+    /// runs and the queue exists; anything else is ignored.
+    pub fn notify(&mut self, value: u32) {
         if !self.activated {
             debug!("virtio-mmio: notify before DRIVER_OK ignored");
             return;

@@ -69,6 +69,9 @@ pub enum KvmError {
     /// `KVM_IRQ_LINE` or irqfd registration failed.
     #[error("cannot drive interrupt line {0}")]
     IrqLine(u32, #[source] kvm_ioctls::Error),
+    /// `KVM_IOEVENTFD` registration failed.
+    #[error("cannot register an ioeventfd at {0:#x}")]
+    IoEvent(u64, #[source] kvm_ioctls::Error),
     /// CPUID or MSR ioctls failed.
     #[error("cannot {0}")]
     Cpu(&'static str, #[source] kvm_ioctls::Error),

@@ -64,6 +64,17 @@ impl KvmVm {
         Ok(())
     }
 
+    /// Makes every 4-byte guest write of `value` to the MMIO address `addr`
+    /// signal `event` inside the kernel, the vCPU going on without an exit
+    /// to userspace (a virtio-mmio `QueueNotify`); writes of other values
+    /// or sizes exit as before.
+    pub fn register_ioevent(&self, event: &EventFd, addr: u64, value: u32) -> Result<(), HvError> {
+        self.fd
+            .register_ioevent(event, &kvm_ioctls::IoEventAddress::Mmio(addr), value)
+            .map_err(|e| KvmError::IoEvent(addr, e))?;
+        Ok(())
+    }
+
     /// Undoes [`register_irqfd`](Self::register_irqfd).
     pub fn unregister_irqfd(&self, event: &EventFd, line: u32) -> Result<(), HvError> {
         self.fd

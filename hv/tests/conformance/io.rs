@@ -108,3 +108,48 @@ conformance! {
         Ok(())
     }
 }
+
+/// KVM only: a `QueueNotify`-style write of the registered value signals
+/// the ioeventfd in the kernel and the vCPU goes on without an exit; a
+/// write of another value to the same address still exits.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_write_matching_an_ioeventfd_signals_it_without_an_exit_and_another_value_still_exits() {
+    use vmm_sys_util::eventfd::EventFd;
+    fn body(hv: &boxdesk_hv::DefaultHypervisor) -> Result<(), crate::support::Skip> {
+        #[cfg(target_arch = "x86_64")]
+        let (mut g, addr) = {
+            let mut a = Asm::new(Mode::Long);
+            a.mov_mmio_addr(0x50) // mov rbx, MMIO + 0x50
+                .mov_acc(4, 3)
+                .store(4) // mov [rbx], eax (3: matched)
+                .mov_acc(4, 4)
+                .store(4) // mov [rbx], eax (4: exits)
+                .hlt();
+            (
+                x86::guest(hv, Mode::Long, &a.bytes, &[]),
+                Mode::Long.mmio(0x50),
+            )
+        };
+        #[cfg(target_arch = "aarch64")]
+        let (mut g, addr) = {
+            let mut code = a64::mov64(0, a64::MMIO + 0x50);
+            code.extend(a64::mov64(1, 3));
+            code.push(a64::str(4, 1, 0)); // str w1, [x0] (3: matched)
+            code.extend(a64::mov64(1, 4));
+            code.push(a64::str(4, 1, 0)); // str w1, [x0] (4: exits)
+            code.push(a64::B_SELF);
+            (a64::guest(hv, &code, &[]), a64::MMIO + 0x50)
+        };
+        let event = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        g.vm.register_ioevent(&event, addr, 3).unwrap();
+        g.expect_mmio_write(addr, &4u32.to_le_bytes());
+        assert_eq!(event.read().unwrap(), 1, "the matched write signalled once");
+        assert!(event.read().is_err(), "and only once");
+        Ok(())
+    }
+    crate::support::each_backend(
+        "a_write_matching_an_ioeventfd_signals_it_without_an_exit_and_another_value_still_exits",
+        body,
+    );
+}
