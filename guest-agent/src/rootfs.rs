@@ -31,7 +31,7 @@
 
 use std::fmt;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -452,13 +452,9 @@ impl Ops for Kernel {
                 if !writable {
                     flags |= MsFlags::MS_RDONLY;
                 }
-                Ok(mount(
-                    Some(tag.as_str()),
-                    target,
-                    Some("virtiofs"),
-                    flags,
-                    NONE,
-                )?)
+                mount(Some(tag.as_str()), target, Some("virtiofs"), flags, NONE)?;
+                widen_readahead(target);
+                Ok(())
             }
             Step::Symlink { path, target } => std::os::unix::fs::symlink(target, path),
             Step::MoveMount { from, to } => {
@@ -492,6 +488,30 @@ impl Ops for Kernel {
         if let Err(e) = result {
             log!("rootfs: undo {step}: {e}");
         }
+    }
+}
+
+/// Read-ahead of a virtio-fs mount, KiB: the 1 MiB the file server grants
+/// per request (its `MAX_PAGES`). The kernel starts a FUSE mount at
+/// 128 KiB, which splits a sequential read into eight times as many round
+/// trips to the host.
+pub const VIRTIOFS_READAHEAD_KB: u32 = 1024;
+
+/// Sets the read-ahead of the file system mounted at `target` (its
+/// backing device's `/sys/class/bdi/MAJ:MIN/read_ahead_kb`) to
+/// [`VIRTIOFS_READAHEAD_KB`]. Only speed depends on it: a failure is logged.
+fn widen_readahead(target: &Path) {
+    let set = || -> io::Result<()> {
+        let dev = std::fs::metadata(target)?.dev();
+        let bdi = format!(
+            "/sys/class/bdi/{}:{}/read_ahead_kb",
+            nix::sys::stat::major(dev),
+            nix::sys::stat::minor(dev)
+        );
+        std::fs::write(bdi, VIRTIOFS_READAHEAD_KB.to_string())
+    };
+    if let Err(e) = set() {
+        log!("rootfs: read-ahead of {}: {e}", target.display());
     }
 }
 
