@@ -50,9 +50,17 @@ pub fn cowork(socket: PathBuf) -> i32 {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_target(false);
+    // The same lines, copied into the app's logDir once configure names it.
+    let log_copy = boxdesk_cowork::logcopy::LogCopy::default();
+    let copy = log_copy.clone();
+    let copied = tracing_subscriber::fmt::layer()
+        .with_writer(move || copy.writer())
+        .with_ansi(false)
+        .with_target(false);
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
+        .with(copied)
         .try_init();
     super::raise_nofile();
     let debug = Arc::new(move |on: bool| {
@@ -71,6 +79,7 @@ pub fn cowork(socket: PathBuf) -> i32 {
         socket,
         debug,
         starter,
+        log_copy,
     };
     match boxdesk_cowork::main(opts) {
         Ok(()) => 0,
