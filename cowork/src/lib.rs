@@ -14,7 +14,10 @@
 //! `allowedDomains` proxy (its rules: [`allowlist`]), [`sessions`] the
 //! session dirs, [`files`] `readFile`, [`private`] the server's own
 //! directories (0700; logs are `boxdesk_sandbox::log`'s), [`logcopy`] the
-//! copy of the server's log in the app's `logDir`. Every value a peer chose goes
+//! copy of the server's log in the app's `logDir`. [`app`] is the app's
+//! install as boxdesk meets it: finding it, putting boxdesk in the place
+//! of its helper and back, and the support gate the app evaluates before
+//! it dials any helper. Every value a peer chose goes
 //! through [`logged`] before it reaches a log line.
 //!
 //! Backend: which backend runs cowork's sandboxes is the `boxdesk`
@@ -31,6 +34,7 @@
 #![deny(missing_docs)]
 
 pub mod allowlist;
+pub mod app;
 pub mod envelope;
 pub mod events;
 pub mod files;
