@@ -4,6 +4,7 @@
 //! bad input of the issue. Each test runs its own server with its own
 //! dirs; the whole module runs again as an unprivileged user in CI.
 
+mod app;
 mod client;
 mod kept;
 mod protocol_edges;
