@@ -383,7 +383,7 @@ fn cowork_doctor_json_without_qemu_or_virtiofsd_names_each_missing_item() {
     fs::create_dir(&root).unwrap();
     let (code, v) = doctor_under(&env, &root);
     assert_eq!(code, 1, "{v:#}");
-    assert_eq!(v["dialsHelper"], false, "{v:#}");
+    assert_eq!(v["dials_helper"], false, "{v:#}");
     assert_eq!(v["gate"]["passes"], false);
     let items = v["gate"]["items"].as_array().unwrap();
     let failing: Vec<&str> = items
@@ -430,7 +430,7 @@ fn cowork_doctor_json_without_qemu_or_virtiofsd_names_each_missing_item() {
     let (_, v) = doctor_under(&env, &root);
     if std::env::consts::ARCH == "x86_64" || std::env::consts::ARCH == "aarch64" {
         assert_eq!(v["gate"]["passes"], true, "{v:#}");
-        assert_eq!(v["dialsHelper"], true, "{v:#}");
+        assert_eq!(v["dials_helper"], true, "{v:#}");
     }
 }
 

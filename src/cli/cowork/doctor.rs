@@ -85,12 +85,12 @@ pub fn doctor(app: Option<&Path>, json_out: bool, root: Option<&Path>) -> anyhow
         let report = json!({
             "app": app_json,
             "gate": {"arch": g.arch, "passes": g.passes(), "items": g.items},
-            "bypass": bypass.as_ref().map(|(at, node)| json!({"where": at, "nodePath": node})),
-            "dialsHelper": dials,
+            "bypass": bypass.as_ref().map(|(at, node)| json!({"where": at, "node_path": node})),
+            "dials_helper": dials,
             "boxdesk": {
                 "backend": runs.backend,
                 "why": runs.why,
-                "canRun": runs.can_run,
+                "can_run": runs.can_run,
                 "checks": runs.checks.iter().map(|(k, v)| (k.to_string(), Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
             },
         });
