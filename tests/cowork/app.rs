@@ -454,3 +454,25 @@ fn cowork_doctor_says_in_words_why_the_app_will_not_dial_and_how_to_fix_it() {
         "{out}"
     );
 }
+
+#[test]
+fn a_link_to_boxdesk_made_by_hand_is_reported_and_install_refuses_to_lose_the_apps_helper() {
+    let env = TestEnv::new();
+    let res = official_tree(env.root());
+    let helper = res.join("cowork-linux-helper");
+    fs::remove_file(&helper).unwrap();
+    std::os::unix::fs::symlink(bin(), &helper).unwrap();
+    let before = snapshot(&res);
+    let app = res.to_str().unwrap();
+    let out = env.run(["cowork", "status", "--app", app]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stdout.contains("not made by `boxdesk cowork install`"),
+        "{out}"
+    );
+    let out = env.run(["cowork", "install", "--app", app]);
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr.contains("already runs boxdesk"), "{out}");
+    assert!(out.stderr.contains("reinstall the app"), "{out}");
+    assert_eq!(snapshot(&res), before);
+}
