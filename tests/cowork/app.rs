@@ -476,3 +476,48 @@ fn a_link_to_boxdesk_made_by_hand_is_reported_and_install_refuses_to_lose_the_ap
     assert!(out.stderr.contains("reinstall the app"), "{out}");
     assert_eq!(snapshot(&res), before);
 }
+
+#[test]
+fn uninstall_keeps_the_apps_helper_when_a_dangling_link_is_in_its_place() {
+    let env = TestEnv::new();
+    let res = official_tree(env.root());
+    let app = res.to_str().unwrap();
+    assert_eq!(env.run(["cowork", "install", "--app", app]).code(), 0);
+    let helper = res.join("cowork-linux-helper");
+    fs::remove_file(&helper).unwrap();
+    std::os::unix::fs::symlink(env.root().join("gone/boxdesk"), &helper).unwrap();
+    let before = snapshot(&res);
+    let out = env.run(["cowork", "uninstall", "--app", app]);
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr.contains("not a regular file"), "{out}");
+    assert_eq!(snapshot(&res), before, "the kept helper was dropped");
+    assert_eq!(
+        fs::read(res.join("cowork-linux-helper.boxdesk-orig")).unwrap(),
+        ORIGINAL
+    );
+}
+
+#[test]
+fn as_root_a_directory_another_user_can_change_is_refused_and_nothing_changes() {
+    if crate::support::skip_unless_root("a directory another uid owns needs root") {
+        return;
+    }
+    let env = TestEnv::new();
+    let res = official_tree(env.root());
+    std::os::unix::fs::chown(&res, Some(65534), Some(65534)).unwrap();
+    let before = snapshot(&res);
+    let app = res.to_str().unwrap();
+    let mut c = env.cmd(["cowork", "install", "--app", app]);
+    c.env_remove("SUDO_UID");
+    let out = output(c);
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr.contains("owned by uid 65534"), "{out}");
+    assert!(out.stderr.contains("without sudo"), "{out}");
+    assert_eq!(snapshot(&res), before);
+    // The same tree, root's again: installed.
+    std::os::unix::fs::chown(&res, Some(0), Some(0)).unwrap();
+    let mut c = env.cmd(["cowork", "install", "--app", app]);
+    c.env_remove("SUDO_UID");
+    let out = output(c);
+    assert_eq!(out.code(), 0, "{out}");
+}

@@ -14,11 +14,15 @@
 //! mode and owner). [`status`] only reads.
 //!
 //! Nothing outside the resources directory is touched; a directory that
-//! nobody (or only root) may write is refused before anything changes.
+//! nobody (or only root) may write is refused before anything changes, and
+//! so is, as root, one that another user can change (root would start
+//! whatever that user swapped in). Files are never written through a
+//! symlink, and the kept helper is never removed unless the app's own
+//! helper is back in its place.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,13 +75,28 @@ pub enum InstallError {
     },
     /// Only another user may write the directory (or its owner, this
     /// user, after a chmod).
-    #[error("{} is {}: run `sudo boxdesk cowork {command}`", dir.display(), if *owner == boxdesk_platform::euid() { "not writable (its mode forbids it)".to_owned() } else { format!("writable only by uid {owner}") })]
+    #[error("{} is {}", dir.display(), match *owner {
+        0 => format!("writable only by root: run `sudo boxdesk cowork {command}`"),
+        o if o == boxdesk_platform::euid() => format!("not writable (its mode forbids it): run `sudo boxdesk cowork {command}`"),
+        o => format!("writable only by uid {o}: run `boxdesk cowork {command}` as that user (`sudo -u '#{o}' boxdesk cowork {command}`)"),
+    })]
     NeedsRoot {
         /// The resources directory.
         dir: PathBuf,
         /// Its owner.
         owner: u32,
         /// The command to repeat under sudo, arguments included.
+        command: String,
+    },
+    /// Run as root on a directory another user can change (it, or one
+    /// above it): root would start what that user can swap in.
+    #[error("{} is {why}: as root, boxdesk will not replace and start a helper where another user can swap it; run `boxdesk cowork {command}` as the app directory's owner, without sudo", path.display())]
+    ChangeableByOthers {
+        /// The directory another user can change.
+        path: PathBuf,
+        /// How.
+        why: String,
+        /// The command to repeat without sudo, arguments included.
         command: String,
     },
     /// There is no helper to replace.
@@ -148,7 +167,12 @@ fn paths(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 /// sha256 (hex) and size of the file at `path`, following a symlink.
 pub fn digest(path: &Path) -> io::Result<(String, u64)> {
-    let mut f = File::open(path)?;
+    // Non-blocking: a FIFO in the helper's place is refused below, not
+    // waited on (a regular file reads the same either way).
+    let mut f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
     if !f.metadata()?.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
@@ -187,7 +211,18 @@ fn write_manifest(path: &Path, m: &Manifest) -> Result<(), InstallError> {
     let tmp = temp(path);
     let _ = fs::remove_file(&tmp);
     let text = serde_json::to_string_pretty(m).unwrap_or_default() + "\n";
-    fs::write(&tmp, text).map_err(io_err("write", &tmp))?;
+    // A new file, never through a link someone put at the temporary name
+    // after the removal above (root may be writing).
+    let mut f = File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
+    f.write_all(text.as_bytes())
+        .map_err(io_err("write", &tmp))?;
+    drop(f);
     fs::rename(&tmp, path).map_err(io_err("rename", &tmp))
 }
 
@@ -310,7 +345,27 @@ pub fn check_writable(app: &AppDir, command: &str, boxdesk: &Path) -> Result<(),
     let dir = &app.resources;
     let access = layout::access(dir).map_err(io_err("inspect", dir))?;
     let (why, alternative) = match access {
-        Access::Writable => return Ok(()),
+        Access::Writable if boxdesk_platform::euid() != 0 => return Ok(()),
+        Access::Writable => {
+            // Root, and the user who ran sudo (who could do as much
+            // anyway), may own the path; nobody else may change it.
+            let mut trusted = vec![0];
+            trusted.extend(
+                std::env::var("SUDO_UID")
+                    .ok()
+                    .and_then(|u| u.parse::<u32>().ok()),
+            );
+            return match layout::changeable_by_others(dir, &trusted)
+                .map_err(io_err("inspect", dir))?
+            {
+                None => Ok(()),
+                Some((path, why)) => Err(InstallError::ChangeableByOthers {
+                    path,
+                    why,
+                    command: command.to_owned(),
+                }),
+            };
+        }
         Access::OtherUser(owner) => {
             return Err(InstallError::NeedsRoot {
                 dir: dir.clone(),
@@ -538,7 +593,11 @@ pub fn uninstall(app: &AppDir, boxdesk: &Path, command: &str) -> Result<Uninstal
                 sha256: manifest.sha256,
             })
         }
-        HelperFile::App { .. } | HelperFile::Unreadable { .. } => {
+        // Something that is neither boxdesk nor a helper that runs (a
+        // dangling link, a directory): the kept helper may be the only
+        // one left, so it stays.
+        HelperFile::Unreadable { .. } => Err(InstallError::NotAFile(helper)),
+        HelperFile::App { .. } => {
             let _ = fs::remove_file(&original);
             fs::remove_file(&manifest_path).map_err(io_err("remove", &manifest_path))?;
             Ok(Uninstalled::AlreadyReplaced { helper })

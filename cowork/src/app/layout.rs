@@ -311,9 +311,60 @@ pub fn access(dir: &Path) -> io::Result<Access> {
     }
 }
 
+/// The first of `dir` (resolved) and the directories above it that a user
+/// not in `trusted` can change — owned by another uid, or writable by its
+/// group or others without the sticky bit — with why; `None` when only
+/// the trusted uids can. Root must not replace and start a file there:
+/// whoever can change the path can swap what root runs.
+pub fn changeable_by_others(dir: &Path, trusted: &[u32]) -> io::Result<Option<(PathBuf, String)>> {
+    let real = std::fs::canonicalize(dir)?;
+    for d in real.ancestors() {
+        let m = std::fs::symlink_metadata(d)?;
+        if !trusted.contains(&m.uid()) {
+            return Ok(Some((d.to_owned(), format!("owned by uid {}", m.uid()))));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Ok(Some((
+                d.to_owned(),
+                "writable by its group or by others".to_owned(),
+            )));
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_others_may_write_is_changeable_by_others_unless_sticky() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let open = d.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let (at, why) = changeable_by_others(&open, &[0]).unwrap().unwrap();
+        assert_eq!(at, std::fs::canonicalize(&open).unwrap());
+        assert!(
+            why.contains("writable") || why.contains("owned by uid"),
+            "{why}"
+        );
+        // Sticky, like /tmp: others may add entries but not swap ours.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let found = changeable_by_others(&open, &[0]).unwrap();
+        if boxdesk_platform::euid() == 0 {
+            assert!(
+                found
+                    .as_ref()
+                    .is_none_or(|(at, _)| at != &std::fs::canonicalize(&open).unwrap()),
+                "{found:?}"
+            );
+        } else {
+            // Ours, not root's: changeable by us.
+            assert!(found.is_some());
+        }
+    }
 
     #[test]
     fn the_packages_layouts_are_told_apart_by_their_paths() {
