@@ -73,7 +73,9 @@ const IN_APPIMAGE: [&str; 3] = [
 /// The app's resources directory, found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppDir {
-    /// The directory holding the helper.
+    /// The directory holding the helper, resolved (no symlink in it: what
+    /// was checked is what is changed, even if a link on the way to it is
+    /// re-pointed in between).
     pub resources: PathBuf,
     /// Whose layout it is.
     pub kind: Kind,
@@ -203,18 +205,23 @@ pub fn find(app: Option<&Path>) -> Result<AppDir, LayoutError> {
     if let Some(dir) = looked.iter().find(|d| holds_app(d)) {
         return Ok(AppDir {
             kind: kind_of(dir),
-            resources: dir.clone(),
+            resources: resolved(dir),
         });
     }
     if let Some(dir) = appimages().into_iter().next() {
         return Ok(AppDir {
-            resources: dir,
+            resources: resolved(&dir),
             kind: Kind::AppImage,
         });
     }
     let mut looked = looked;
     looked.push(PathBuf::from("/tmp/.mount_*"));
     Err(LayoutError::NotFound(looked))
+}
+
+/// `dir` with every symlink in it resolved (as it is, when it cannot be).
+fn resolved(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
 }
 
 fn given(app: &Path) -> Result<AppDir, LayoutError> {
@@ -234,7 +241,7 @@ fn given(app: &Path) -> Result<AppDir, LayoutError> {
         if dir.is_dir() && holds_app(&dir) {
             return Ok(AppDir {
                 kind: kind_of(&dir),
-                resources: dir,
+                resources: resolved(&dir),
             });
         }
     }
@@ -419,9 +426,13 @@ mod tests {
         std::fs::create_dir_all(&res).unwrap();
         std::fs::write(res.join(HELPER), b"helper").unwrap();
         let app = find(Some(&d.path().join("usr/lib/claude-desktop"))).unwrap();
-        assert_eq!(app.resources, res);
+        assert_eq!(app.resources, std::fs::canonicalize(&res).unwrap());
         assert_eq!(app.kind, Kind::Official);
         assert_eq!(find(Some(&res)).unwrap(), app);
+        // Named through a link: the resolved directory is what is changed.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(res.parent().unwrap(), &link).unwrap();
+        assert_eq!(find(Some(&link)).unwrap().resources, app.resources);
         assert!(matches!(
             find(Some(d.path())),
             Err(LayoutError::NotTheApp(_))
