@@ -1,7 +1,8 @@
 //! The `boxdesk` command line. `boxdesk __agent …` is the guest agent
 //! itself (linked in, so an installed boxdesk needs no separate agent
 //! binary) and is dispatched before anything else runs; everything else
-//! goes through [`cli`].
+//! goes through [`cli`] — started as `cowork-linux-helper` (the name the
+//! Claude Desktop app starts its helper by), boxdesk is that helper.
 //!
 //! The binary is the glue over the library crates: [`backend`] (which
 //! backend runs a sandbox: it needs the VMM's image lookup and the
@@ -19,8 +20,14 @@ mod helper;
 
 fn main() {
     let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == "__agent") {
+    let argv0 = args.next().unwrap_or_default();
+    if args.next().is_some_and(|a| a == "__agent") {
         agent();
+    }
+    // Under the name the Claude Desktop app starts its helper by, boxdesk
+    // is that helper: `cowork-linux-helper -socket PATH`.
+    if cli::started_as_cowork_helper(&argv0) {
+        std::process::exit(cli::as_cowork_helper());
     }
     std::process::exit(cli::main());
 }

@@ -13,7 +13,11 @@
 //! attaches host folders to running sandboxes, [`proxy`] is the
 //! `allowedDomains` proxy (its rules: [`allowlist`]), [`sessions`] the
 //! session dirs, [`files`] `readFile`, [`private`] the server's own
-//! directories (0700; logs are `boxdesk_sandbox::log`'s). Every value a peer chose goes
+//! directories (0700; logs are `boxdesk_sandbox::log`'s), [`logcopy`] the
+//! copy of the server's log in the app's `logDir`. [`app`] is the app's
+//! install as boxdesk meets it: finding it, putting boxdesk in the place
+//! of its helper and back, and the support gate the app evaluates before
+//! it dials any helper. Every value a peer chose goes
 //! through [`logged`] before it reaches a log line.
 //!
 //! Backend: which backend runs cowork's sandboxes is the `boxdesk`
@@ -30,10 +34,12 @@
 #![deny(missing_docs)]
 
 pub mod allowlist;
+pub mod app;
 pub mod envelope;
 pub mod events;
 pub mod files;
 pub mod json;
+pub mod logcopy;
 pub mod methods;
 pub mod mounts;
 pub mod names;
@@ -104,6 +110,9 @@ pub struct Options {
     /// What starts the sandboxes: the backend the binary resolved (cowork
     /// never picks one).
     pub starter: Arc<dyn Starter>,
+    /// Where the binary's logger copies its lines once `configure` names
+    /// the app's `logDir`.
+    pub log_copy: logcopy::LogCopy,
 }
 
 /// Serves until SIGTERM or SIGINT, then stops every sandbox, kills every
@@ -151,6 +160,7 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         runtime_root,
         Box::new(move |on| debug(on)),
         opts.starter.clone(),
+        opts.log_copy.clone(),
     ));
     tracing::info!("boxdesk cowork serving on {}", opts.socket.display());
     runtime.block_on(async {

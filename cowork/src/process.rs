@@ -11,9 +11,11 @@
 //! cannot run, 125 when the agent failed otherwise; 127 too for a spawn
 //! refused before it started, e.g. for its allowlist); one killed by a
 //! signal or its timeout gets the signal's name; one whose sandbox vanished
-//! gets `error` and `exit` with `signal: "SIGKILL"` — never an id stuck
-//! "running". Output events wait for room in the profile's queue, which is
-//! what back-pressures the process.
+//! gets `error` (with `fatal: true`) and `exit` with `signal: "SIGKILL"` —
+//! never an id stuck "running". Every `error` event says `fatal`: only a
+//! sandbox's death (or, in [`crate::profile`], one that cannot start) is.
+//! Output events wait for room in the profile's queue, which is what
+//! back-pressures the process.
 
 use boxdesk_platform::sync::lock;
 use std::collections::HashMap;
@@ -41,6 +43,9 @@ pub const STDIN_CHUNK: usize = 256 * 1024;
 /// How long a signal may wait behind stdin the process does not read;
 /// then the channel is closed, and the agent kills the process group.
 const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long a process whose channel was lost waits to learn whether its
+/// sandbox died (which makes its `error` event fatal).
+const DEATH_GRACE: Duration = Duration::from_millis(500);
 /// Ended processes remembered per profile (for `isProcessRunning`).
 const KEEP_ENDED: usize = 4096;
 
@@ -331,8 +336,14 @@ pub async fn run(r: Run, inbox: Inbox) {
     let ended = match outcome {
         Ok(outcome) => Ended::from(outcome),
         Err(msg) => {
+            // Fatal when the sandbox died under it (its end may be seen a
+            // moment after the channel's); a lost channel alone is not.
+            let died = tokio::time::timeout(DEATH_GRACE, r.sandbox.ended())
+                .await
+                .is_ok();
             r.events.push(envelope::frame_json(&json!({
                 "type": "error", "id": r.id, "message": format!("lost the process: {msg}"),
+                "fatal": died,
             })));
             Ended::Signal(libc::SIGKILL)
         }
@@ -357,7 +368,7 @@ pub fn refuse(
     message: &str,
 ) {
     events.push(envelope::frame_json(
-        &json!({"type": "error", "id": id, "message": message}),
+        &json!({"type": "error", "id": id, "message": message, "fatal": false}),
     ));
     end(
         events,
@@ -450,7 +461,7 @@ async fn pump(events: &Events, id: &Value, mut output: AsyncOutput) -> Result<Ou
             Ok(Event::Stderr(d)) => ("stderr", &mut err, d),
             Ok(Event::Error(msg)) => {
                 events.push(envelope::frame_json(
-                    &json!({"type": "error", "id": id, "message": msg}),
+                    &json!({"type": "error", "id": id, "message": msg, "fatal": false}),
                 ));
                 continue;
             }

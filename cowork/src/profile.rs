@@ -82,6 +82,10 @@ pub struct Settings {
     pub cpu_count: Option<u64>,
     /// `bundlePath` of createVM/startVM (VM backends only).
     pub bundle_path: Option<String>,
+    /// `diskSizeGB` of createVM, in bytes: the sessions dir's quota as
+    /// `getSessionsDiskInfo` reports it (recorded, not enforced: the
+    /// namespace backend cannot hold a plain directory to a size).
+    pub disk_quota: Option<u64>,
     /// The token of `addApprovedOauthToken`.
     pub token: Option<Zeroizing<String>>,
     /// The SDK of `installSdk`.
@@ -201,6 +205,12 @@ impl Profile {
         self.events.push(envelope::frame_json(&event));
     }
 
+    /// Queues the `error` event of the profile itself (no process `id`):
+    /// `fatal` when its sandbox cannot start or died under it.
+    pub fn emit_error(&self, message: &str, fatal: bool) {
+        self.emit(json!({"type": "error", "message": message, "fatal": fatal}));
+    }
+
     fn step(&self, step: &str, status: &str) {
         self.emit(json!({"type": "startupStep", "step": step, "status": status}));
     }
@@ -229,6 +239,7 @@ impl Profile {
         self.step("prepare_session", "running");
         if let Err(e) = self.prepare() {
             self.step("prepare_session", "failed");
+            self.emit_error(&format!("cannot start the sandbox: {e}"), true);
             return Err(e);
         }
         self.step("prepare_session", "completed");
@@ -238,7 +249,9 @@ impl Profile {
         if let Err(e) = self.private_log("host") {
             self.step("start_vm", "failed");
             self.step("wait_for_guest", "failed");
-            return Err(format!("cannot start the sandbox: {e}"));
+            let why = format!("cannot start the sandbox: {e}");
+            self.emit_error(&why, true);
+            return Err(why);
         }
         let starter = self.starter.clone();
         let (naming, resources) = (self.naming("host"), self.resources());
@@ -254,7 +267,9 @@ impl Profile {
             Err(e) => {
                 self.step("start_vm", "failed");
                 self.step("wait_for_guest", "failed");
-                return Err(format!("cannot start the sandbox: {e}"));
+                let why = format!("cannot start the sandbox: {e}");
+                self.emit_error(&why, true);
+                return Err(why);
             }
         }
         drop(_life);
@@ -322,7 +337,8 @@ impl Profile {
         }
     }
 
-    /// Marks the profile disconnected when the host sandbox ends on its own.
+    /// Marks the profile disconnected when the host sandbox ends on its
+    /// own (not by `stopVM`), with a fatal `error` event saying how.
     fn watch(self: &Arc<Self>, sb: Arc<Sandbox>) {
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -331,7 +347,15 @@ impl Profile {
                 let current = lock(&me.host).as_ref().is_some_and(|h| Arc::ptr_eq(h, &sb));
                 if current && me.connected.swap(false, Ordering::SeqCst) {
                     let name = super::logged(&me.key.name);
-                    tracing::warn!("the sandbox of profile {name} ended");
+                    let how = sb.how_it_ended().unwrap_or_else(|| "it ended".to_owned());
+                    tracing::warn!(
+                        "the sandbox of profile {name} ended: {}",
+                        super::logged(&how)
+                    );
+                    me.emit_error(
+                        &format!("the sandbox ended: {how}; startVM starts it again"),
+                        true,
+                    );
                     me.emit(json!({"type": "networkStatus", "status": "disconnected"}));
                 }
             }

@@ -163,6 +163,8 @@ pub struct Sandbox {
     agent: Endpoint,
     dead: Arc<AtomicBool>,
     died: Arc<Notify>,
+    /// How it ended, in one line, once it has.
+    how: Arc<Mutex<Option<String>>>,
     pool: Mutex<Vec<UnixStream>>,
     proxy: Option<tokio::task::JoinHandle<()>>,
     filtered: bool,
@@ -205,7 +207,8 @@ impl Sandbox {
         let agent = sandbox.owner_agent();
         let dead = Arc::new(AtomicBool::new(false));
         let died = Arc::new(Notify::new());
-        watch(&keeper, &sandbox, &dead, &died)?;
+        let how = Arc::new(Mutex::new(None));
+        watch(&keeper, &sandbox, &dead, &died, &how)?;
         let mut sb = Sandbox {
             name: keeper_name(&keeper),
             sandbox,
@@ -213,6 +216,7 @@ impl Sandbox {
             agent,
             dead,
             died,
+            how,
             pool: Mutex::new(Vec::with_capacity(POOL)),
             proxy: None,
             filtered,
@@ -244,6 +248,11 @@ impl Sandbox {
     /// Whether the sandbox is still running.
     pub fn alive(&self) -> bool {
         !self.dead.load(Ordering::SeqCst)
+    }
+
+    /// How the sandbox ended, in one line; `None` while it runs.
+    pub fn how_it_ended(&self) -> Option<String> {
+        lock(&self.how).clone()
     }
 
     /// Resolves once the sandbox has ended.
@@ -389,14 +398,26 @@ fn watch(
     sandbox: &Arc<dyn boxdesk_sandbox::Sandbox>,
     dead: &Arc<AtomicBool>,
     died: &Arc<Notify>,
+    how: &Arc<Mutex<Option<String>>>,
 ) -> Result<(), SandboxError> {
-    let (keeper, sandbox, dead, died) =
-        (keeper.clone(), sandbox.clone(), dead.clone(), died.clone());
+    let (keeper, sandbox, dead, died, how) = (
+        keeper.clone(),
+        sandbox.clone(),
+        dead.clone(),
+        died.clone(),
+        how.clone(),
+    );
     std::thread::Builder::new()
         .name("cowork-sandbox".into())
         .stack_size(64 * 1024)
         .spawn(move || {
             let ended = sandbox.wait();
+            let line = match &ended {
+                boxdesk_sandbox::running::Ended::Stopped => "it was stopped".to_owned(),
+                boxdesk_sandbox::running::Ended::PoweredOff => "it powered off".to_owned(),
+                boxdesk_sandbox::running::Ended::Died(why) => why.clone(),
+            };
+            *lock(&how) = Some(line);
             if let boxdesk_sandbox::running::Ended::Died(why) = ended {
                 if !keeper.ending() {
                     let tail = super::logged(sandbox.log_tail());

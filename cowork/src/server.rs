@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 
 use super::envelope::{self, Request};
+use super::logcopy::LogCopy;
 use super::logged;
 use super::methods;
 use super::profile::{Profile, ProfileKey};
@@ -41,12 +42,14 @@ pub struct Server {
     last: Mutex<Option<ProfileKey>>,
     debug: DebugSwitch,
     starter: Arc<dyn Starter>,
+    log_copy: LogCopy,
 }
 
 impl Server {
     /// A server for user `uid` with home `home`, keeping profiles' data
     /// under `data_root` and their sockets and staged mounts under
-    /// `runtime_root`, starting sandboxes with `starter`.
+    /// `runtime_root`, starting sandboxes with `starter`, copying its log
+    /// where `log_copy` is told to.
     pub fn new(
         uid: u32,
         home: PathBuf,
@@ -54,6 +57,7 @@ impl Server {
         runtime_root: PathBuf,
         debug: DebugSwitch,
         starter: Arc<dyn Starter>,
+        log_copy: LogCopy,
     ) -> Self {
         Server {
             uid,
@@ -64,6 +68,21 @@ impl Server {
             last: Mutex::default(),
             debug,
             starter,
+            log_copy,
+        }
+    }
+
+    /// Copies the server's log into `dir` from now on (`configure`'s
+    /// `logDir`); one that cannot be used is said in the log and changes
+    /// nothing.
+    pub fn set_log_dir(&self, dir: &str) {
+        let before = self.log_copy.path();
+        match self.log_copy.set_dir(dir) {
+            Ok(path) if before.as_ref() != Some(&path) => {
+                tracing::info!("this log is copied to {}", logged(path.display()))
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("logDir: {}", logged(e)),
         }
     }
 

@@ -61,6 +61,23 @@ pub struct DiskInfo {
     pub sessions: Vec<SessionUsage>,
 }
 
+impl DiskInfo {
+    /// What the client is told under a recorded `quota` (bytes): the
+    /// quota is the total, and free is what the quota leaves after the
+    /// sessions' bytes, never more than the file system has free.
+    pub fn within(mut self, quota: Option<u64>) -> DiskInfo {
+        if let Some(q) = quota {
+            let used = self
+                .sessions
+                .iter()
+                .fold(0u64, |a, s| a.saturating_add(s.bytes));
+            self.total_bytes = q;
+            self.free_bytes = self.free_bytes.min(q.saturating_sub(used));
+        }
+        self
+    }
+}
+
 /// Allocated size of one session directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionUsage {
@@ -82,12 +99,14 @@ pub struct DeleteReport {
 /// What [`SessionsDir::prune`] removes, and when.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PruneOptions {
-    /// Prune only when the free bytes of the file system are below this.
+    /// Prune only when the free bytes (of the file system, or under `quota`) are below this.
     pub only_if_free_bytes_below: Option<u64>,
     /// Also remove old entries directly in `<session>/tmp`.
     pub include_session_tmp: bool,
     /// Minimum age (by lstat mtime) of a `tmp` entry to be removed.
     pub session_tmp_older_than: Duration,
+    /// The recorded quota free space is judged under ([`DiskInfo::within`]).
+    pub quota: Option<u64>,
 }
 
 /// Outcome of [`SessionsDir::prune`].
@@ -423,6 +442,17 @@ impl SessionsDir {
         })
     }
 
+    /// The free bytes [`Self::disk_info`] reports under `quota`.
+    fn free_bytes(&self, quota: Option<u64>) -> io::Result<u64> {
+        match quota {
+            None => Ok(space(&self.root)?.1),
+            Some(_) => self
+                .disk_info()
+                .map(|i| i.within(quota).free_bytes)
+                .map_err(|e| io::Error::other(e.to_string())),
+        }
+    }
+
     /// Deletes the named session dirs, each on its own: invalid, busy (`busy(name)`) or missing
     /// names are reported and nothing is touched. Symlinks are unlinked, never followed; mount
     /// points are detached (`MNT_DETACH`) before their placeholder is removed, and one that
@@ -472,7 +502,7 @@ impl SessionsDir {
         let setup = self.open_root().and_then(|fd| {
             let sessions = Self::list_sessions(fd.as_raw_fd())?;
             let enough = match opts.only_if_free_bytes_below {
-                Some(limit) => space(&self.root)?.1 >= limit,
+                Some(limit) => self.free_bytes(opts.quota)? >= limit,
                 None => false,
             };
             Ok((fd, sessions, enough))
@@ -516,6 +546,32 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
     const CHILD_ENV: &str = "BOXDESK_SESSIONS_MOUNT_CHILD";
+
+    #[test]
+    fn a_quota_is_the_total_and_bounds_free_by_what_sessions_use() {
+        let (_t, dir) = setup();
+        put(&dir.root().join("a/blob"), 2 * MIB);
+        let info = dir.disk_info().unwrap();
+        let used = info.sessions[0].bytes;
+        assert!(used >= 2 * MIB, "{info:?}");
+        let q = info.clone().within(Some(10 * MIB));
+        assert_eq!(q.total_bytes, 10 * MIB);
+        assert_eq!(q.free_bytes, (10 * MIB - used).min(info.free_bytes));
+        let full = info.clone().within(Some(MIB));
+        assert_eq!(full.free_bytes, 0, "over its quota, nothing is free");
+        assert_eq!(info.clone().within(None), info);
+        // prune judges free space under the same quota: 1 MiB of quota
+        // leaves nothing free, so a prune "below 1 byte free" prunes.
+        put(&dir.root().join("a/.cache/x"), MIB);
+        let opts = PruneOptions {
+            only_if_free_bytes_below: Some(1),
+            include_session_tmp: false,
+            session_tmp_older_than: Duration::ZERO,
+            quota: Some(MIB),
+        };
+        let r = dir.prune(&opts, &|_| false);
+        assert_eq!(r.pruned_sessions, ["a"], "{r:?}");
+    }
 
     fn setup() -> (tempfile::TempDir, SessionsDir) {
         let tmp = tempfile::tempdir().unwrap();

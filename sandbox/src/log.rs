@@ -7,6 +7,9 @@
 //! (`<name>.log` → `<name>.log.1`, replacing an older one), so a sandbox
 //! that prints without end costs the host at most twice the cap on disk.
 //!
+//! [`Appender`] is that capped, rotated log for any writer (cowork's copy
+//! of its own log into the app's `logDir` is one).
+//!
 //! This module owns those rules. It must never open a log through a
 //! symlink, never create one readable by others, and never let the
 //! sandbox's output block on a full disk or a slow log (it drops instead).
@@ -66,13 +69,62 @@ pub fn rotated(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// A log opened by [`open`] that is rotated once it holds `cap` bytes:
+/// `<path>` → `<path>.1` (replacing an older one) and a fresh `<path>`, so
+/// it costs at most about twice the cap on disk. Sandbox output and
+/// cowork's copy of its own log for the app both append through one.
+#[derive(Debug)]
+pub struct Appender {
+    path: PathBuf,
+    file: File,
+    written: u64,
+    cap: u64,
+}
+
+impl Appender {
+    /// Opens (or creates) the log at `path`, as [`open`] does, to be
+    /// rotated every `cap` bytes; what it already holds counts.
+    pub fn open(path: &Path, cap: u64) -> io::Result<Appender> {
+        let file = open(path)?;
+        let written = file.metadata().map_or(0, |m| m.len());
+        Ok(Appender {
+            path: path.to_owned(),
+            file,
+            written,
+            cap,
+        })
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rotates the log when it holds its cap; a failure leaves it as it
+    /// was (and full).
+    pub fn rotate_if_full(&mut self) -> io::Result<()> {
+        if self.written >= self.cap {
+            self.file = rotate(&self.path, &self.file)?;
+            self.written = 0;
+        }
+        Ok(())
+    }
+
+    /// Appends `buf` whole, or nothing counts.
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.write_all(buf)?;
+        self.written += buf.len() as u64;
+        Ok(())
+    }
+}
+
 /// Copies `output` (the sandbox's stdout and stderr) into the log at
 /// `path` until end of file, rotating after every [`LOG_CAP`] bytes. When
 /// this process's own stdout/stderr are that log (a detached helper), they
 /// follow it into the new file at each rotation.
 pub fn pump(mut output: File, path: &Path) {
-    let mut log = match open(path) {
-        Ok(f) => f,
+    let mut log = match Appender::open(path, LOG_CAP) {
+        Ok(a) => a,
         Err(e) => {
             tracing::warn!(
                 "cannot open {}: {e}; the sandbox's output is dropped",
@@ -82,7 +134,6 @@ pub fn pump(mut output: File, path: &Path) {
             return;
         }
     };
-    let mut written = log.metadata().map_or(0, |m| m.len());
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match output.read(&mut buf) {
@@ -91,26 +142,16 @@ pub fn pump(mut output: File, path: &Path) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        if written >= LOG_CAP {
-            match rotate(path, &log) {
-                Ok(new) => {
-                    log = new;
-                    written = 0;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot rotate {}: {e}; dropping sandbox output",
-                        path.display()
-                    );
-                    continue;
-                }
-            }
+        if let Err(e) = log.rotate_if_full() {
+            tracing::warn!(
+                "cannot rotate {}: {e}; dropping sandbox output",
+                path.display()
+            );
+            continue;
         }
         // A failed write (disk full) drops this chunk; the sandbox never
         // waits on the host's disk.
-        if log.write_all(&buf[..n]).is_ok() {
-            written += n as u64;
-        }
+        let _ = log.write(&buf[..n]);
     }
 }
 
@@ -217,5 +258,27 @@ mod tests {
         assert!(tail(&p).ends_with("last line"), "{}", tail(&p));
         let entries = std::fs::read_dir(d.path()).unwrap().count();
         assert_eq!(entries, 2, "only the log and one rotation");
+    }
+
+    #[test]
+    fn an_appender_rotates_at_its_cap_keeping_one_older_log() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("copy.log");
+        std::fs::write(&p, b"from before\n").unwrap();
+        let mut a = Appender::open(&p, 32).unwrap();
+        for i in 0..10 {
+            a.rotate_if_full().unwrap();
+            a.write(format!("line {i:02} of the log\n").as_bytes())
+                .unwrap();
+        }
+        let now = std::fs::read_to_string(&p).unwrap();
+        let old = std::fs::read_to_string(rotated(&p)).unwrap();
+        assert_eq!(now, "line 08 of the log\nline 09 of the log\n");
+        assert_eq!(old, "line 06 of the log\nline 07 of the log\n");
+        for f in [&p, &rotated(&p)] {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
     }
 }

@@ -77,8 +77,10 @@ pub fn doctor() -> anyhow::Result<i32> {
     Ok(if namespace_ok || vm_ok { 0 } else { 1 })
 }
 
+/// A throw-away bwrap sandbox, made as a real one is (`boxdesk cowork
+/// doctor` runs it too).
 #[cfg(target_os = "linux")]
-fn trial_sandbox() -> Probe {
+pub(super) fn trial_sandbox() -> Probe {
     use std::process::{Command, Stdio};
 
     let Some(bwrap) = boxdesk_sandbox::namespace::find_bwrap() else {

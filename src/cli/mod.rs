@@ -87,14 +87,11 @@ enum Cmd {
     /// the time to agent ready and the helper's memory.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Serve the Claude Desktop app's cowork helper protocol on SOCKET
-    /// (the app runs `HELPER -socket PATH`).
-    Cowork {
-        /// The socket to serve on (also `-socket`); its directory must be
-        /// 0700 and ours.
-        #[arg(long)]
-        socket: PathBuf,
-    },
+    /// The Claude Desktop app's Cowork helper (Linux): serve its protocol
+    /// on SOCKET (the app runs `HELPER -socket PATH`), put boxdesk in the
+    /// place of the app's helper (install, uninstall, status), or explain
+    /// the app's support gate (doctor).
+    Cowork(cowork::CoworkArgs),
     /// The per-sandbox helper process (internal).
     #[command(name = "__vmm", hide = true)]
     Vmm(VmmArgs),
@@ -302,6 +299,20 @@ fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// boxdesk started as `cowork-linux-helper` (the app's helper's name):
+/// `-socket PATH` and nothing else; returns the exit code.
+pub fn as_cowork_helper() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    cowork::as_helper(&args)
+}
+
+/// Whether boxdesk was started under the cowork helper's name.
+pub fn started_as_cowork_helper(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == cowork::HELPER_NAME)
+}
+
 /// Parses the arguments, runs the command and returns the exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse_from(cowork::rewrite_single_dash(std::env::args_os())) {
@@ -316,8 +327,8 @@ pub fn main() -> i32 {
             };
         }
     };
-    if let Cmd::Cowork { socket } = cli.cmd {
-        return cowork::cowork(socket);
+    if let Cmd::Cowork(a) = cli.cmd {
+        return cowork::run(a);
     }
     let detached_helper = matches!(&cli.cmd, Cmd::Vmm(a) if !a.foreground);
     init_logging(detached_helper);
@@ -332,7 +343,7 @@ pub fn main() -> i32 {
         Cmd::Doctor => doctor::doctor(),
         Cmd::Bench(BenchCmd::Boot(a)) => bench::boot(a),
         Cmd::Vmm(a) => vmm(a),
-        Cmd::Cowork { .. } => unreachable!("handled above"),
+        Cmd::Cowork(_) => unreachable!("handled above"),
     };
     match outcome {
         Ok(code) => code,
@@ -357,7 +368,7 @@ pub fn main() -> i32 {
 
 /// `RUST_LOG` when set; otherwise warnings, and info for a detached
 /// helper. Logs go to stderr (a detached helper's stderr is its log).
-fn init_logging(verbose: bool) {
+pub(crate) fn init_logging(verbose: bool) {
     use std::io::IsTerminal as _;
     use tracing_subscriber::filter::LevelFilter;
     use tracing_subscriber::EnvFilter;

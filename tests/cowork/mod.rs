@@ -4,8 +4,10 @@
 //! bad input of the issue. Each test runs its own server with its own
 //! dirs; the whole module runs again as an unprivileged user in CI.
 
+mod app;
 mod client;
 mod kept;
+mod protocol_edges;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -1084,6 +1086,22 @@ fn a_mount_of_a_folder_that_does_not_exist_fails_and_creates_nothing_on_the_host
     assert_eq!(r["success"], false, "{r}");
     assert!(!home.join("later").exists());
     p.call("kill", json!({"id": "long", "signal": "SIGKILL"}));
+}
+
+/// The name `boxdesk ls` shows for the one sandbox of `profile`.
+fn kept_sandbox_of(c: &Cowork, profile: &str) -> String {
+    let out = c.env.run(["ls", "--json"]);
+    assert_eq!(out.code(), 0, "{out}");
+    let rows: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["profile"] == profile)
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 1, "{rows}");
+    names[0].to_owned()
 }
 
 /// The one profile dir under `<data>/boxdesk/cowork`.

@@ -14,7 +14,7 @@ use crate::server::Server;
 /// Runs `method` for profile `p`.
 pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Value) -> Outcome {
     match method {
-        "configure" => vm::configure(p, params(method, raw)?),
+        "configure" => vm::configure(server, p, params(method, raw)?),
         "createVM" => vm::create(p, params(method, raw)?),
         "startVM" => vm::start(p, params(method, raw)?).await,
         "stopVM" => vm::stop(p).await,
@@ -30,7 +30,7 @@ pub async fn call(server: &Arc<Server>, p: &Arc<Profile>, method: &str, raw: Val
         "isProcessRunning" => processes::is_running(p, params(method, raw)?),
         "mountPath" => folders::mount_path(server, p, params(method, raw)?).await,
         "readFile" => folders::read_file(p, params(method, raw)?).await,
-        "getSessionsDiskInfo" => session_dirs::disk_info(p).await,
+        "getSessionsDiskInfo" => session_dirs::disk_info(p, params(method, raw)?).await,
         "deleteSessionDirs" => session_dirs::delete(p, params(method, raw)?).await,
         "pruneSessionCaches" => session_dirs::prune(p, params(method, raw)?).await,
         "installSdk" => sdk::install(server, p, params(method, raw)?).await,

@@ -105,9 +105,6 @@ pub enum MethodError {
         /// What the OS said.
         reason: io::Error,
     },
-    /// No guest request with this id is waiting for a reply.
-    #[error("no pending guest request {0}")]
-    NoPendingRequest(String),
     /// The process table refused (unknown id, exited, backlog…).
     #[error(transparent)]
     Proc(#[from] ProcError),

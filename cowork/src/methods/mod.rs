@@ -3,8 +3,10 @@
 //! handler, grouped by what it acts on: `vm` (the profile's lifecycle
 //! and settings), `processes` and `spawn` (the process table),
 //! `folders` (mounts and `readFile`), `session_dirs` (the sessions'
-//! directories on disk) and `sdk`. Every failure is a [`MethodError`]
-//! that becomes `success: false`; nothing a client sends can panic here.
+//! directories on disk) and `sdk`; `values` is how loosely a parameter
+//! may be written (any JSON number for a size, `null` for absent). Every
+//! failure is a [`MethodError`] that becomes `success: false`; nothing a
+//! client sends can panic here.
 
 mod dispatch;
 mod error;
@@ -14,6 +16,7 @@ mod processes;
 mod sdk;
 mod session_dirs;
 mod spawn;
+mod values;
 mod vm;
 
 use serde_json::Value;

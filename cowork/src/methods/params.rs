@@ -3,8 +3,9 @@
 //! do not fit), and [`redacted`], the debug view of a request.
 //!
 //! Owns decoding and what counts as secret (tokens and stdin are wiped on
-//! drop and never shown by `Debug` or the debug log). It never acts on a
-//! value: the handlers do.
+//! drop and never shown by `Debug` or the debug log); how loosely a value
+//! may be written (any JSON number for a size or count, `null` for
+//! absent) is `values`'. It never acts on a value: the handlers do.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use zeroize::Zeroizing;
 
+use super::values;
 use super::MethodError;
 
 /// Decodes the parameters of `method`.
@@ -64,13 +66,16 @@ impl Id {
     }
 }
 
-/// `configure`: the resources of the profile's sandboxes.
+/// `configure`: the resources of the profile's sandboxes, and where the
+/// app keeps its logs.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct ConfigureParams {
-    #[serde(rename = "memoryMB")]
+    #[serde(rename = "memoryMB", default, deserialize_with = "values::memory_mb")]
     pub(super) memory_mb: Option<u64>,
+    #[serde(default, deserialize_with = "values::cpu_count")]
     pub(super) cpu_count: Option<u64>,
+    pub(super) log_dir: Option<String>,
 }
 
 /// `createVM` and `startVM`.
@@ -78,11 +83,18 @@ pub(super) struct ConfigureParams {
 #[serde(rename_all = "camelCase")]
 pub(super) struct StartParams {
     pub(super) bundle_path: Option<String>,
-    #[serde(rename = "memoryGB")]
+    #[serde(rename = "memoryGB", default, deserialize_with = "values::memory_gb")]
     pub(super) memory_gb: Option<f64>,
+    #[serde(default, deserialize_with = "values::cpu_count")]
     pub(super) cpu_count: Option<u64>,
     #[serde(rename = "apiProbeURL")]
     pub(super) api_probe_url: Option<String>,
+    #[serde(
+        rename = "diskSizeGB",
+        default,
+        deserialize_with = "values::disk_size_gb"
+    )]
+    pub(super) disk_size_gb: Option<f64>,
 }
 
 /// One entry of `spawn`'s `additionalMounts`: a host folder and `ro`/`rw`.
@@ -100,21 +112,22 @@ pub(super) struct SpawnParams {
     pub(super) id: Id,
     pub(super) name: String,
     pub(super) command: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub(super) args: Vec<String>,
     pub(super) cwd: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::string_map")]
     pub(super) env: BTreeMap<String, String>,
     /// Mount name → spec, in the client's order (the first visible one is
-    /// the default cwd).
-    #[serde(default)]
+    /// the default cwd); a `null` spec is no mount.
+    #[serde(default, deserialize_with = "values::object")]
     pub(super) additional_mounts: Map<String, Value>,
+    #[serde(default, deserialize_with = "values::some_strings")]
     pub(super) allowed_domains: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::or_default")]
     pub(super) one_shot: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::or_default")]
     pub(super) mount_skeleton_home: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::or_default")]
     pub(super) is_resume: bool,
     pub(super) oauth_token: Option<Secret>,
 }
@@ -162,16 +175,28 @@ pub(super) struct ReadFileParams {
 /// `deleteSessionDirs`.
 #[derive(Debug, Deserialize)]
 pub(super) struct NamesParams {
+    #[serde(deserialize_with = "values::strings")]
     pub(super) names: Vec<String>,
+}
+
+/// `getSessionsDiskInfo`: `lowWaterBytes` is checked like every size and
+/// otherwise unused (the result has no field it could drive).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct DiskInfoParams {
+    #[serde(default, deserialize_with = "values::low_water_bytes")]
+    pub(super) low_water_bytes: Option<u64>,
 }
 
 /// `pruneSessionCaches`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct PruneParams {
+    #[serde(default, deserialize_with = "values::only_if_free_bytes_below")]
     pub(super) only_if_free_bytes_below: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::or_default")]
     pub(super) include_session_tmp: bool,
+    #[serde(default, deserialize_with = "values::session_tmp_older_than_seconds")]
     pub(super) session_tmp_older_than_seconds: Option<u64>,
 }
 
@@ -192,6 +217,7 @@ pub(super) struct TokenParams {
 /// `setDebugLogging`.
 #[derive(Debug, Deserialize)]
 pub(super) struct DebugParams {
+    #[serde(deserialize_with = "values::or_default")]
     pub(super) enabled: bool,
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::params::{NamesParams, PruneParams};
+use super::params::{DiskInfoParams, NamesParams, PruneParams};
 use super::{blocking, Outcome};
 use crate::mounts;
 use crate::profile::Profile;
@@ -19,10 +19,16 @@ use crate::sessions::PruneOptions;
 /// does not say.
 const TMP_AGE: Duration = Duration::from_secs(86_400);
 
-/// `getSessionsDiskInfo`.
-pub(super) async fn disk_info(p: &Profile) -> Outcome {
+/// `getSessionsDiskInfo`: under `createVM`'s `diskSizeGB` when one was
+/// recorded. `lowWaterBytes` is checked and logged, not used: the result
+/// has no field it could drive.
+pub(super) async fn disk_info(p: &Profile, q: DiskInfoParams) -> Outcome {
+    if let Some(low) = q.low_water_bytes {
+        tracing::debug!("getSessionsDiskInfo lowWaterBytes {low} (not used)");
+    }
     let s = p.sessions.clone();
-    let info = blocking(move || Ok(s.disk_info()?)).await?;
+    let quota = p.settings().disk_quota;
+    let info = blocking(move || Ok(s.disk_info()?.within(quota))).await?;
     let sessions: Vec<Value> = info
         .sessions
         .iter()
@@ -56,6 +62,7 @@ pub(super) async fn prune(p: &Arc<Profile>, q: PruneParams) -> Outcome {
         session_tmp_older_than: q
             .session_tmp_older_than_seconds
             .map_or(TMP_AGE, Duration::from_secs),
+        quota: p.settings().disk_quota,
     };
     let (s, procs) = (p.sessions.clone(), p.procs.clone());
     let r = blocking(move || Ok(s.prune(&opts, &|name| procs.session_busy(name)))).await?;

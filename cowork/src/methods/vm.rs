@@ -9,22 +9,45 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::params::{ConfigureParams, DebugParams, IdParams, StartParams, TokenParams};
-use super::{MethodError, Outcome};
+use super::{values, MethodError, Outcome};
 use crate::profile::Profile;
 use crate::server::Server;
 
-/// `configure`: memory and CPUs for sandboxes started from now on.
-pub(super) fn configure(p: &Profile, c: ConfigureParams) -> Outcome {
-    let mut s = p.settings();
-    s.memory_mb = c.memory_mb.or(s.memory_mb);
-    s.cpu_count = c.cpu_count.or(s.cpu_count);
+/// `configure`: memory and CPUs for sandboxes started from now on (0:
+/// no limit), and the app's log directory, which gets a copy of this
+/// server's log (one that cannot be used never fails `configure`).
+pub(super) fn configure(server: &Server, p: &Profile, c: ConfigureParams) -> Outcome {
+    {
+        let mut s = p.settings();
+        s.memory_mb = limit(c.memory_mb, s.memory_mb);
+        s.cpu_count = limit(c.cpu_count, s.cpu_count);
+    }
+    if let Some(dir) = c.log_dir.as_deref().filter(|d| !d.is_empty()) {
+        server.set_log_dir(dir);
+    }
     Ok(json!({}))
 }
 
-/// `createVM`: records the bundle path; nothing starts.
+/// A limit as `configure`/`startVM` set it: absent keeps the old one, 0
+/// means none.
+fn limit(given: Option<u64>, old: Option<u64>) -> Option<u64> {
+    match given {
+        None => old,
+        Some(0) => None,
+        Some(n) => Some(n),
+    }
+}
+
+/// `createVM`: records the bundle path and `diskSizeGB`, the sessions
+/// dir's quota (reported by `getSessionsDiskInfo`; the namespace backend
+/// cannot enforce one on a plain directory); nothing starts.
 pub(super) fn create(p: &Profile, c: StartParams) -> Outcome {
+    let mut s = p.settings();
     if c.bundle_path.is_some() {
-        p.settings().bundle_path = c.bundle_path;
+        s.bundle_path = c.bundle_path;
+    }
+    if let Some(gb) = c.disk_size_gb {
+        s.disk_quota = Some(values::scaled(gb, 1 << 30)).filter(|&b| b > 0);
     }
     Ok(json!({}))
 }
@@ -40,9 +63,9 @@ pub(super) async fn start(p: &Arc<Profile>, c: StartParams) -> Outcome {
             if !gb.is_finite() || gb <= 0.0 {
                 return Err(MethodError::BadMemory(gb));
             }
-            s.memory_mb = Some((gb * 1024.0) as u64);
+            s.memory_mb = Some(values::scaled(gb, 1024)).filter(|&m| m > 0);
         }
-        s.cpu_count = c.cpu_count.or(s.cpu_count);
+        s.cpu_count = limit(c.cpu_count, s.cpu_count);
     }
     p.start(c.api_probe_url)
         .await
@@ -84,7 +107,10 @@ pub(super) fn network_drives() -> Outcome {
 }
 
 /// `sendGuestResponse`: no guest in a namespace sandbox sends requests,
-/// so no reply can be pending.
+/// so no reply is ever pending; a response nobody waits for (a late answer
+/// to a request that timed out) is accepted and dropped.
 pub(super) fn guest_response(i: IdParams) -> Outcome {
-    Err(MethodError::NoPendingRequest(i.id.key()))
+    let id = crate::logged(i.id.key());
+    tracing::debug!("sendGuestResponse {id}: no guest request is pending; dropped");
+    Ok(json!({}))
 }
