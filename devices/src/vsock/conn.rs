@@ -33,6 +33,14 @@ const CREDIT_UPDATE_THRESHOLD: u32 = BUF_ALLOC / 2;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a closing stream may wait for the other side to finish.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the host's end of a stream may sit undelivered after the host
+/// half-closed, while the guest gives no credit at all: then the guest is
+/// told the host is done (SHUTDOWN) and the rest is dropped. A Unix-socket
+/// peer sees such a half-close at once (`POLLRDHUP`) however much it left
+/// unread; over vsock it would otherwise wait behind bytes the guest does
+/// not read (the agent, for one, ends an exec whose client hung up while
+/// its stdin is full).
+pub const HALF_CLOSE_STALL: Duration = Duration::from_secs(2);
 
 /// The ports that name a stream: `local_port` on the host side (CID 2),
 /// `peer_port` on the guest side.
@@ -134,6 +142,14 @@ pub struct Conn {
     /// Bytes sent to the guest.
     rx_cnt: Wrapping<u32>,
     expiry: Option<Instant>,
+    /// The host half-closed (it will send nothing more).
+    host_eof: bool,
+    /// Since when the host's rest has waited for credit the guest does
+    /// not give, after the host half-closed.
+    stalled_since: Option<Instant>,
+    /// The stall lasted [`HALF_CLOSE_STALL`]: tell the guest the host is
+    /// done and drop the rest.
+    want_forced_shutdown: bool,
 }
 
 impl Conn {
@@ -166,6 +182,9 @@ impl Conn {
             peer_fwd_cnt: Wrapping(0),
             rx_cnt: Wrapping(0),
             expiry: None,
+            host_eof: false,
+            stalled_since: None,
+            want_forced_shutdown: false,
         }
     }
 
@@ -218,6 +237,32 @@ impl Conn {
         self.expiry
     }
 
+    /// When a half-closed host's undelivered rest is given up on
+    /// ([`HALF_CLOSE_STALL`]), if it is waiting for the guest's credit.
+    pub fn stall_deadline(&self) -> Option<Instant> {
+        self.stalled_since.map(|t| t + HALF_CLOSE_STALL)
+    }
+
+    /// The stall lasted: the next packet tells the guest the host is done.
+    pub fn give_up_host_rest(&mut self) {
+        self.stalled_since = None;
+        self.want_forced_shutdown = true;
+    }
+
+    /// Starts or stops the stall clock: the host half-closed, its end of
+    /// the stream is not closed yet, and the guest gives no credit.
+    fn check_stall(&mut self, now: Instant) {
+        let stalled = self.host_eof
+            && self.state == State::Established
+            && self.local_shut & SHUTDOWN_SEND == 0
+            && self.peer_credit() == 0;
+        if !stalled {
+            self.stalled_since = None;
+        } else if self.stalled_since.is_none() {
+            self.stalled_since = Some(now);
+        }
+    }
+
     /// The guest's free receive space, as far as we know.
     fn peer_credit(&self) -> u32 {
         let in_flight = (self.rx_cnt - self.peer_fwd_cnt).0;
@@ -237,6 +282,7 @@ impl Conn {
             || self.want_request
             || self.want_credit_update
             || self.want_full_shutdown
+            || self.want_forced_shutdown
             || (self.can_read_host() && (self.peer_credit() > 0 || !self.credit_requested))
     }
 
@@ -288,6 +334,16 @@ impl Conn {
             self.want_full_shutdown = false;
             return Ok(Some(self.shutdown_to_guest(SHUTDOWN_BOTH, now)));
         }
+        if self.want_forced_shutdown {
+            self.want_forced_shutdown = false;
+            self.host_readable = false;
+            let flags = if self.host_write_closed {
+                SHUTDOWN_BOTH
+            } else {
+                SHUTDOWN_SEND
+            };
+            return Ok(Some(self.shutdown_to_guest(flags, now)));
+        }
         if self.can_read_host() {
             let credit = self.peer_credit() as usize;
             if credit == 0 {
@@ -311,6 +367,7 @@ impl Conn {
                         Ok(got) => {
                             let got32 = u32::try_from(got).unwrap_or(u32::MAX);
                             self.rx_cnt += Wrapping(got32);
+                            self.check_stall(now);
                             return Ok(Some(self.stamp(Op::Rw, 0, got32)));
                         }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -335,6 +392,7 @@ impl Conn {
         self.peer_buf_alloc = hdr.buf_alloc;
         self.peer_fwd_cnt = Wrapping(hdr.fwd_cnt);
         self.credit_requested = false;
+        self.check_stall(now);
         match hdr.op() {
             Some(Op::Response) if self.state == State::LocalInit => {
                 self.state = State::Established;
@@ -385,6 +443,10 @@ impl Conn {
     pub fn on_host(&mut self, r: Readiness, now: Instant) -> Result<(), ConnEnd> {
         if r.readable || r.read_closed || r.error {
             self.host_readable = true;
+        }
+        if r.read_closed {
+            self.host_eof = true;
+            self.check_stall(now);
         }
         if r.write_closed && !self.host_write_closed {
             self.host_write_closed = true;
@@ -567,6 +629,72 @@ mod tests {
             }
         }
         assert!(matches!(result, Err(ConnEnd::CreditOverrun)));
+    }
+
+    fn read_closed() -> Readiness {
+        Readiness {
+            readable: true,
+            read_closed: true,
+            ..Readiness::default()
+        }
+    }
+
+    /// An established stream whose guest has 100 bytes of room, whose host
+    /// wrote `n` bytes and half-closed.
+    fn half_closed_after(n: usize) -> (Conn, std::os::unix::net::UnixStream, Instant) {
+        let (mut c, mut host) = pair();
+        let t0 = Instant::now();
+        c.produce(65536, &mut [0u8; 64], t0).unwrap();
+        c.on_guest(&guest(Op::Response, 0, 100, 0), &[], t0)
+            .unwrap();
+        host.write_all(&vec![7u8; n]).unwrap();
+        host.shutdown(Shutdown::Write).unwrap();
+        (c, host, t0)
+    }
+
+    #[test]
+    fn a_half_closed_host_whose_rest_the_guest_never_reads_is_shut_down_after_the_stall() {
+        let (mut c, _host, t0) = half_closed_after(1000);
+        let mut scratch = vec![0u8; 65536];
+        let rw = c.produce(65536, &mut scratch, t0).unwrap().unwrap();
+        assert_eq!((rw.op(), rw.len), (Some(Op::Rw), 100));
+        c.on_host(read_closed(), t0).unwrap();
+        // The guest's buffer is full and it gives nothing back.
+        assert_eq!(c.stall_deadline(), Some(t0 + HALF_CLOSE_STALL));
+        c.give_up_host_rest();
+        let shut = c.produce(65536, &mut scratch, t0).unwrap().unwrap();
+        assert_eq!((shut.op(), shut.flags), (Some(Op::Shutdown), SHUTDOWN_SEND));
+        assert_eq!(c.stall_deadline(), None);
+        assert!(!c.has_pending_rx(), "nothing more of the host's is sent");
+    }
+
+    #[test]
+    fn a_half_closed_host_whose_guest_reads_on_never_stalls_and_loses_nothing() {
+        let (mut c, _host, t0) = half_closed_after(250);
+        let mut scratch = vec![0u8; 65536];
+        c.on_host(read_closed(), t0).unwrap();
+        let mut sent = 0;
+        let mut fwd = 0;
+        loop {
+            let p = c.produce(65536, &mut scratch, t0).unwrap().unwrap();
+            match p.op() {
+                Some(Op::Rw) => sent += p.len,
+                Some(Op::CreditRequest) => {
+                    // The guest read everything: the stall clock stops.
+                    assert!(c.stall_deadline().is_some());
+                    fwd = sent;
+                    c.on_guest(&guest(Op::CreditUpdate, 0, 100, fwd), &[], t0)
+                        .unwrap();
+                    assert_eq!(c.stall_deadline(), None);
+                }
+                Some(Op::Shutdown) => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            sent, 250,
+            "every byte before the shutdown (last credit {fwd})"
+        );
     }
 
     #[test]

@@ -393,7 +393,9 @@ impl Muxer {
     }
 
     /// Ends what has waited too long: clients without a line, streams
-    /// the guest did not accept or finish closing.
+    /// the guest did not accept or finish closing; and gives up the rest
+    /// of a half-closed host the guest will not read
+    /// ([`super::conn::HALF_CLOSE_STALL`]).
     pub fn expire(&mut self, now: Instant) {
         let late: Vec<Token> = self
             .slots
@@ -418,6 +420,18 @@ impl Muxer {
             }
             self.kill(key, ConnEnd::Timeout, false);
         }
+        let stalled: Vec<ConnKey> = self
+            .conns
+            .values()
+            .filter(|c| c.stall_deadline().is_some_and(|e| e <= now))
+            .map(Conn::key)
+            .collect();
+        for key in stalled {
+            if let Some(conn) = self.conns.get_mut(&key) {
+                conn.give_up_host_rest();
+            }
+            self.schedule(key);
+        }
     }
 
     /// The earliest time [`Muxer::expire`] has work.
@@ -428,7 +442,8 @@ impl Muxer {
         });
         self.conns
             .values()
-            .filter_map(Conn::expiry)
+            .flat_map(|c| [c.expiry(), c.stall_deadline()])
+            .flatten()
             .chain(pending)
             .min()
     }
