@@ -20,6 +20,7 @@ mod irq;
 pub mod mounts;
 #[cfg(target_os = "linux")]
 mod notify;
+pub mod oom;
 pub mod sandbox;
 mod vcpu;
 
@@ -91,7 +92,6 @@ impl From<boxdesk_hv::HvError> for VmmError {
 }
 
 /// What a VM is made of.
-#[derive(Debug)]
 pub struct VmSpec {
     /// The kernel (ELF vmlinux or bzImage).
     pub kernel: PathBuf,
@@ -104,11 +104,30 @@ pub struct VmSpec {
     /// The host side of the guest's vsock (`<name>.agent`).
     pub vsock_uds: PathBuf,
     /// Where the serial console goes.
-    pub console: File,
+    pub console: Box<dyn std::io::Write + Send>,
     /// A disk image attached as virtio-blk, and whether it is writable.
     pub rootfs: Option<(PathBuf, bool)>,
     /// Host folders (virtio-fs), and the host's system as the root.
     pub mounts: mounts::VmMounts,
+    /// Guest loopback ports the agent relays to the host's vsock port of
+    /// the same number (`boxdesk.relay=`), where the muxer hands each
+    /// connection to `<vsock_uds>_<port>`.
+    pub relays: Vec<u16>,
+}
+
+impl std::fmt::Debug for VmSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmSpec")
+            .field("kernel", &self.kernel)
+            .field("initrd", &self.initrd)
+            .field("mem_mib", &self.mem_mib)
+            .field("vcpus", &self.vcpus)
+            .field("vsock_uds", &self.vsock_uds)
+            .field("rootfs", &self.rootfs)
+            .field("mounts", &self.mounts)
+            .field("relays", &self.relays)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a VM ended.
@@ -198,13 +217,17 @@ impl std::fmt::Debug for RunningVm {
 /// The agent's parameters, appended to either arch's command line: the
 /// `boxdesk.rootfs=` contract for a rootfs disk (`Some(writable)`; it is
 /// the only virtio-blk, so `/dev/vda`), then the shares' ([`mounts`]).
-fn agent_args(rootfs: Option<bool>, mounts: &mounts::VmMounts) -> String {
+fn agent_args(rootfs: Option<bool>, mounts: &mounts::VmMounts, relays: &[u16]) -> String {
     let disk = match rootfs {
         Some(true) => " boxdesk.rootfs=/dev/vda boxdesk.rootfs_rw=1",
         Some(false) => " boxdesk.rootfs=/dev/vda",
         None => "",
     };
-    format!("{disk}{}", mounts.agent_args())
+    let relays: String = relays
+        .iter()
+        .map(|p| format!(" boxdesk.relay={p}"))
+        .collect();
+    format!("{disk}{}{relays}", mounts.agent_args())
 }
 
 /// One virtio-fs device per share of `mounts`, after the others.
@@ -318,6 +341,16 @@ impl RunningVm {
             slots.push((addr, line));
             devices.push(t);
         }
+        // Once the VM ends, however it ends, its devices stop: their
+        // threads go and their host sockets close, so a client waiting on
+        // the guest learns at once (a dead VM's muxer must not keep its
+        // connections open while its owner still holds the VM).
+        let stopped = devices.clone();
+        ending.on_stop(Box::new(move || {
+            for t in &stopped {
+                lock(t).stop();
+            }
+        }));
         #[cfg(target_os = "linux")]
         let notifier = {
             let windows: Vec<_> = (slots.iter().map(|s| s.0))
@@ -329,7 +362,11 @@ impl RunningVm {
             &mem,
             &loaded,
             &slots,
-            &agent_args(spec.rootfs.as_ref().map(|r| r.1), &spec.mounts),
+            &agent_args(
+                spec.rootfs.as_ref().map(|r| r.1),
+                &spec.mounts,
+                &spec.relays,
+            ),
             spec.vcpus,
             mem_bytes,
         )?;

@@ -108,7 +108,42 @@ impl VmMounts {
         Ok(m)
     }
 
-    /// The devices' shares, tagged `fs0`… in order: system dirs, then shares.
+    /// For each share, the index among the shares of the one whose device
+    /// it uses: its own, or that of the first share of the same host
+    /// directory and mode. One device (one server, one inode table) per
+    /// directory keeps the guest's views of it consistent: the guest mounts
+    /// the same tag again, which shares the first mount's superblock.
+    fn share_devices(&self) -> Vec<usize> {
+        let mut first = Vec::with_capacity(self.shares.len());
+        for (i, s) in self.shares.iter().enumerate() {
+            let same = self.shares[..i]
+                .iter()
+                .position(|e| e.host == s.host && e.writable == s.writable);
+            first.push(same.unwrap_or(i));
+        }
+        first
+    }
+
+    /// Each share's tag: `fs<n>`, numbered over the devices in order
+    /// (system dirs, then one per distinct share).
+    fn share_tags(&self) -> Vec<String> {
+        let devices = self.share_devices();
+        let mut tags: Vec<String> = Vec::with_capacity(devices.len());
+        let mut next = self.system.len();
+        for (i, &d) in devices.iter().enumerate() {
+            if d == i {
+                tags.push(format!("fs{next}"));
+                next += 1;
+            } else {
+                let tag = tags[d].clone();
+                tags.push(tag);
+            }
+        }
+        tags
+    }
+
+    /// The devices' shares, tagged `fs0`… in order: system dirs, then one
+    /// per distinct share.
     #[cfg(target_os = "linux")]
     pub fn fs_shares(&self) -> Vec<FsShare> {
         // SAFETY: geteuid cannot fail and touches no memory.
@@ -127,16 +162,19 @@ impl VmMounts {
                 SYSTEM_CACHE,
             )
         });
-        let shares = self.shares.iter().map(|s| {
-            (
-                s.host.clone(),
-                Policy {
-                    writable: s.writable,
-                    identity: Identity::Invoker,
-                },
-                SHARE_CACHE,
-            )
-        });
+        let devices = self.share_devices();
+        let shares = (self.shares.iter().enumerate())
+            .filter(|&(i, _)| devices[i] == i)
+            .map(|(_, s)| {
+                (
+                    s.host.clone(),
+                    Policy {
+                        writable: s.writable,
+                        identity: Identity::Invoker,
+                    },
+                    SHARE_CACHE,
+                )
+            });
         system
             .chain(shares)
             .enumerate()
@@ -153,12 +191,10 @@ impl VmMounts {
     /// space).
     pub fn agent_args(&self) -> String {
         let mut out = String::new();
-        let mut tag = 0;
-        for host in &self.system {
+        for (tag, host) in self.system.iter().enumerate() {
             // The guest path of a system dir is its host path under `/`.
             let guest = Path::new("/").join(host.file_name().unwrap_or_default());
             out.push_str(&format!(" boxdesk.share=fs{tag}:{}:sys", encode(&guest)));
-            tag += 1;
         }
         for (path, target) in &self.links {
             out.push_str(&format!(
@@ -167,13 +203,9 @@ impl VmMounts {
                 encode(target)
             ));
         }
-        for s in &self.shares {
+        for (s, tag) in self.shares.iter().zip(self.share_tags()) {
             let mode = if s.writable { "rw" } else { "ro" };
-            out.push_str(&format!(
-                " boxdesk.share=fs{tag}:{}:{mode}",
-                encode(&s.guest)
-            ));
-            tag += 1;
+            out.push_str(&format!(" boxdesk.share={tag}:{}:{mode}", encode(&s.guest)));
         }
         out
     }
@@ -246,6 +278,45 @@ mod tests {
             let shares = m.fs_shares();
             assert!(!shares[0].policy.writable && shares[2].policy.writable);
             assert!(!shares[3].policy.writable);
+        }
+    }
+
+    #[test]
+    fn two_shares_of_one_directory_and_mode_are_one_device_mounted_twice() {
+        let share = |host: &str, guest: &str, writable| VmShare {
+            host: host.into(),
+            guest: guest.into(),
+            writable,
+        };
+        let m = VmMounts {
+            system: vec!["/usr".into()],
+            links: Vec::new(),
+            shares: vec![
+                share("/h/s", "/sessions", true),
+                share("/h/home", "/home/u", true),
+                share("/h/s", "/work", true),
+                share("/h/s", "/ro", false),
+            ],
+        };
+        assert_eq!(
+            m.agent_args(),
+            " boxdesk.share=fs0:/usr:sys boxdesk.share=fs1:/sessions:rw \
+             boxdesk.share=fs2:/home/u:rw boxdesk.share=fs1:/work:rw boxdesk.share=fs3:/ro:ro"
+        );
+        #[cfg(target_os = "linux")]
+        {
+            let devices: Vec<_> = (m.fs_shares().into_iter())
+                .map(|s| (s.tag, s.root, s.policy.writable))
+                .collect();
+            assert_eq!(
+                devices,
+                [
+                    ("fs0".to_owned(), PathBuf::from("/usr"), false),
+                    ("fs1".to_owned(), PathBuf::from("/h/s"), true),
+                    ("fs2".to_owned(), PathBuf::from("/h/home"), true),
+                    ("fs3".to_owned(), PathBuf::from("/h/s"), false),
+                ]
+            );
         }
     }
 

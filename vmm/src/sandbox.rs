@@ -12,19 +12,24 @@
 //! It must never report anything but a VM (`isolation vm`), and never
 //! remove the hybrid socket while the VM's muxer may still serve it.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use boxdesk_channel::{Frame, Session, AGENT_PORT};
 use boxdesk_platform::socket::{self, SocketError, Staleness};
+use boxdesk_sandbox::keeper::{Keeper, Starter};
 use boxdesk_sandbox::running::{
-    Ended, Endpoint, Info, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
+    Ended, Endpoint, Info, InsideListener, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
+    Unsupported,
 };
+use boxdesk_sandbox::state::Owner;
 
 use crate::image::{self, ImageError};
 use crate::mounts::{MountsError, VmMounts, VmShare};
+use crate::oom::OomCounter;
 use crate::{RunningVm, VmEnd, VmSpec, VmmError};
 
 /// vCPUs of a VM when the spec sets none.
@@ -94,6 +99,8 @@ pub struct VmSandbox {
     shares: String,
     vcpus: u32,
     mem_mib: u32,
+    relays: Vec<u16>,
+    oom_kills: Arc<AtomicU64>,
     stopping: AtomicBool,
     ended: OnceLock<Ended>,
 }
@@ -128,7 +135,11 @@ impl VmSandbox {
             return Err(SocketError::InUse(agent).into());
         }
         let image = image::find(std::env::consts::ARCH, boot.kernel, boot.initrd)?;
-        let console = boxdesk_sandbox::log::open(&log).map_err(VmSandboxError::Log)?;
+        let oom_kills = Arc::new(AtomicU64::new(0));
+        let console = OomCounter::new(
+            boxdesk_sandbox::log::open(&log).map_err(VmSandboxError::Log)?,
+            oom_kills.clone(),
+        );
         let vcpus = spec.resources.cpus.unwrap_or(DEFAULT_VCPUS);
         let mem_mib = spec.resources.mem_mib.unwrap_or(DEFAULT_MEM_MIB);
         let (rootfs, disk) = match &spec.rootfs {
@@ -144,9 +155,10 @@ impl VmSandbox {
             mem_mib,
             vcpus,
             vsock_uds: agent.clone(),
-            console,
+            console: Box::new(console),
             rootfs: disk,
             mounts,
+            relays: spec.relays.clone(),
         });
         let vm = match vm {
             Ok(vm) => vm,
@@ -164,16 +176,31 @@ impl VmSandbox {
             shares: Share::info_word(&spec.shares),
             vcpus,
             mem_mib,
+            relays: spec.relays.clone(),
+            oom_kills,
             stopping: AtomicBool::new(false),
             ended: OnceLock::new(),
         })
     }
 
+    /// Where the muxer hands the guest's connections to host port `port`.
+    fn relay_socket(&self, port: u16) -> PathBuf {
+        relay_socket(&self.agent, port)
+    }
+
+    /// Removes the VM's sockets: the hybrid one and its relays'.
+    fn remove_sockets(&self) {
+        let _ = std::fs::remove_file(&self.agent);
+        for &port in &self.relays {
+            let _ = std::fs::remove_file(self.relay_socket(port));
+        }
+    }
+
     /// How the VM's end reads to its owner, logged once.
     fn ended_as(&self, end: VmEnd) -> &Ended {
         self.ended.get_or_init(|| {
-            // The muxer is down with the VM: its socket can go.
-            let _ = std::fs::remove_file(&self.agent);
+            // The muxer is down with the VM: its sockets can go.
+            self.remove_sockets();
             if self.stopping.load(Ordering::SeqCst) {
                 return Ended::Stopped;
             }
@@ -203,9 +230,19 @@ impl VmSandbox {
     }
 }
 
+/// The muxer's convention (Firecracker's): a guest connection to host
+/// vsock port `port` goes to `<agent>_<port>`.
+fn relay_socket(agent: &Path, port: u16) -> PathBuf {
+    let mut p = agent.as_os_str().to_owned();
+    p.push(format!("_{port}"));
+    PathBuf::from(p)
+}
+
 /// The VM's shares and root of `spec`. A VM shares directories (a file's
-/// share is a namespace bind only) and cannot follow host mounts made
-/// later. Under `--root host` the workspace's `root/`, `work/` and
+/// share is a namespace bind only). A share follows what is mounted
+/// beneath its host directory later in the VMM's own mount namespace:
+/// the file server opens each name when the guest looks it up (within the
+/// share's cache time of it appearing). Under `--root host` the workspace's `root/`, `work/` and
 /// `results/` back `/root`, `/work`, `/results`, as in the namespace
 /// backend; the user's shares come after, so they may sit beneath those.
 fn vm_mounts(spec: &SandboxSpec) -> Result<VmMounts, VmSandboxError> {
@@ -233,11 +270,6 @@ fn vm_mounts(spec: &SandboxSpec) -> Result<VmMounts, VmSandboxError> {
             path: s.host.clone(),
             why,
         };
-        if s.follows_mounts {
-            return Err(refuse(
-                "a VM's share cannot follow what the host mounts beneath it later",
-            ));
-        }
         if !s.host.is_dir() {
             return Err(refuse(
                 "a VM shares directories only (a file can be shared into a namespace sandbox)",
@@ -263,7 +295,7 @@ impl Sandbox for VmSandbox {
         let mut last_try = Instant::now();
         loop {
             if let Some(end) = self.vm.wait_timeout(Duration::from_millis(1)) {
-                let _ = std::fs::remove_file(&self.agent);
+                self.remove_sockets();
                 return Err(StartError::Died {
                     how: format!("the VM ended ({end:?})"),
                     log: self.log.clone(),
@@ -279,7 +311,7 @@ impl Sandbox for VmSandbox {
             }
             if Instant::now() > deadline {
                 self.kill();
-                let _ = std::fs::remove_file(&self.agent);
+                self.remove_sockets();
                 return Err(StartError::NotReady {
                     within: READY_TIMEOUT,
                     log: self.log.clone(),
@@ -294,6 +326,28 @@ impl Sandbox for VmSandbox {
             path: self.agent.clone(),
             port: AGENT_PORT,
         }
+    }
+
+    fn listen_inside(&self, port: u16) -> Result<InsideListener, StartError> {
+        if !self.relays.contains(&port) {
+            return Err(StartError::backend(Unsupported(format!(
+                "this VM relays no connections to 127.0.0.1:{port}: a VM's relays are set when it starts"
+            ))));
+        }
+        let path = self.relay_socket(port);
+        let live = socket::clear_if_stale(&path).map_err(StartError::backend)?;
+        if live == Staleness::Live {
+            return Err(StartError::backend(SocketError::InUse(path)));
+        }
+        UnixListener::bind(&path)
+            .map(InsideListener::Unix)
+            .map_err(|e| {
+                StartError::backend(Unsupported(format!("binding {}: {e}", path.display())))
+            })
+    }
+
+    fn oom_kills(&self) -> Option<u64> {
+        Some(self.oom_kills.load(Ordering::SeqCst))
     }
 
     fn info(&self) -> Info {
@@ -356,5 +410,53 @@ impl Sandbox for VmSandbox {
 
     fn log_tail(&self) -> String {
         self.vm.serial_tail()
+    }
+}
+
+/// The VM backend's [`Starter`]: a kept sandbox's vsock muxer on the
+/// claim's `<name>.agent`, the VM run by this process's threads (so its
+/// shares follow the mounts this process makes beneath them). `resources`
+/// fills in what a spec leaves unset (its owner's defaults).
+#[derive(Debug, Clone, Default)]
+pub struct VmStarter {
+    /// vCPUs and memory where a spec sets none.
+    pub defaults: boxdesk_sandbox::running::Resources,
+}
+
+impl Starter for VmStarter {
+    fn start(
+        &self,
+        spec: &SandboxSpec,
+        keeper: &Keeper,
+        log: &Path,
+    ) -> Result<Box<dyn Sandbox>, StartError> {
+        let mut spec = spec.clone();
+        spec.resources.cpus = spec.resources.cpus.or(self.defaults.cpus);
+        spec.resources.mem_mib = spec.resources.mem_mib.or(self.defaults.mem_mib);
+        let vm = VmSandbox::start(
+            &spec,
+            Boot::default(),
+            keeper.paths().agent.clone(),
+            log.to_owned(),
+        )?;
+        Ok(Box::new(vm))
+    }
+
+    /// Root inside a VM reaches the host only through the file server,
+    /// which runs as this process.
+    fn inside_owner(&self) -> Owner {
+        Owner::us()
+    }
+
+    fn host_network(&self) -> bool {
+        false
+    }
+
+    fn backend(&self) -> &'static str {
+        if cfg!(target_os = "macos") {
+            "hvf"
+        } else {
+            "kvm"
+        }
     }
 }

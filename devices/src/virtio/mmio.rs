@@ -400,6 +400,13 @@ impl MmioTransport {
     }
 
     /// Status 0: the device, its queues and both status words start over.
+    /// Stops the device for good once its VM has ended: as at a driver
+    /// reset, its threads stop and its host side closes (a vsock muxer's
+    /// connections, so their clients see the end at once).
+    pub fn stop(&mut self) {
+        self.reset();
+    }
+
     fn reset(&mut self) {
         self.device.reset();
         self.queues.iter_mut().flatten().for_each(QueueT::reset);

@@ -65,11 +65,11 @@ pub fn load(
 /// aarch64 guest resets through PSCI.
 pub fn add_devices(
     irqs: &mut irq::Lines,
-    console: File,
+    console: Box<dyn std::io::Write + Send>,
     _on_reset: Box<dyn Fn() + Send>,
     buses: &mut Buses,
 ) -> Result<SharedConsole, VmmError> {
-    let (uart, device) = console::shared(Pl011::new(Box::new(console), irqs.line(UART_SPI)?));
+    let (uart, device) = console::shared(Pl011::new(console, irqs.line(UART_SPI)?));
     buses
         .mmio
         .insert(UART_START, PL011_SIZE, device)

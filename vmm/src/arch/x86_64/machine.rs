@@ -60,11 +60,11 @@ pub fn load(
 /// The 8250 console on COM1 and the i8042, whose reset calls `on_reset`.
 pub fn add_devices(
     irqs: &mut irq::Lines,
-    console: File,
+    console: Box<dyn std::io::Write + Send>,
     on_reset: Box<dyn Fn() + Send>,
     buses: &mut Buses,
 ) -> Result<SharedConsole, VmmError> {
-    let (serial, device) = console::shared(Serial::new(Box::new(console), irqs.line(SERIAL_IRQ)?));
+    let (serial, device) = console::shared(Serial::new(console, irqs.line(SERIAL_IRQ)?));
     buses
         .pio
         .insert(SERIAL_PORT_BASE, SERIAL_PORT_LEN, device)
