@@ -143,7 +143,9 @@ pub fn run(config: Config) -> Result<(), AgentError> {
     let mounted = match mode {
         Mode::VmInit => {
             crate::power::install_panic_hook();
-            crate::init::vm_init()
+            let mounted = crate::init::vm_init();
+            crate::relay::start_asked();
+            mounted
         }
         Mode::NamespaceInit => Vec::new(),
         Mode::Child => {

@@ -38,7 +38,8 @@
 //! its whole session killed at the end by `sweep`). `conn` is one
 //! session's buffered, non-blocking socket and its framing; `fdio` holds
 //! raw-fd helpers; `init`, `rootfs` (`--rootfs`: mount the image
-//! and switch root into it), `loopback`, `power` and `console` are the
+//! and switch root into it), `loopback`, `relay` (a VM's loopback ports
+//! carried to the host over vsock), `power` and `console` are the
 //! PID-1 side.
 //!
 //! The library is Linux-only; on other targets it is empty.
@@ -65,6 +66,7 @@ mod pty;
 mod pump;
 mod putfile;
 mod reaper;
+mod relay;
 mod rootfs;
 mod session;
 mod shares;
