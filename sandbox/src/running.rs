@@ -162,6 +162,11 @@ pub struct SandboxSpec {
     pub cwd: PathBuf,
     /// Its `/`.
     pub rootfs: Rootfs,
+    /// Ports whose connections inside to `127.0.0.1:<port>` its owner
+    /// will take with [`Sandbox::listen_inside`]. A backend that can
+    /// relay any port at any time (namespace) ignores it; one that must
+    /// set its relays up at start (a VM's agent) relays only these.
+    pub relays: Vec<u16>,
 }
 
 impl SandboxSpec {
@@ -177,6 +182,7 @@ impl SandboxSpec {
             home: "/".into(),
             cwd: "/".into(),
             rootfs: Rootfs::Default,
+            relays: Vec::new(),
         }
     }
 
@@ -190,6 +196,18 @@ impl SandboxSpec {
             ..SandboxSpec::new(name)
         }
     }
+}
+
+/// Where its owner accepts the connections made inside a sandbox to
+/// `127.0.0.1:<port>` ([`Sandbox::listen_inside`]): the socket type is the
+/// backend's.
+#[derive(Debug)]
+pub enum InsideListener {
+    /// A TCP listener in the sandbox's own network namespace.
+    Tcp(std::net::TcpListener),
+    /// A Unix socket its relay hands each connection to (a VM's agent
+    /// carries them over vsock).
+    Unix(std::os::unix::net::UnixListener),
 }
 
 /// How a client reaches a sandbox's agent: the agent client's own type (a
@@ -296,9 +314,11 @@ pub trait Sandbox: Send + Sync {
     /// A listener that accepts, in the owner's process, the TCP
     /// connections made inside the sandbox to `127.0.0.1:port` (how a
     /// sandbox without a network gets one way out the owner controls, such
-    /// as a filtering proxy). Call it once the sandbox is ready. A backend
-    /// that cannot relay such connections refuses.
-    fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, StartError> {
+    /// as a filtering proxy). Call it once the sandbox is ready, once per
+    /// port; a backend that sets relays up at start takes only the
+    /// [`SandboxSpec::relays`] ports. A backend that cannot relay such
+    /// connections refuses.
+    fn listen_inside(&self, port: u16) -> Result<InsideListener, StartError> {
         Err(StartError::backend(Unsupported(format!(
             "the {} backend cannot relay connections to 127.0.0.1:{port} inside a sandbox",
             self.info().backend

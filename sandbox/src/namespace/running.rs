@@ -44,7 +44,9 @@ use crate::cgroup::{self, CgroupError};
 use crate::forward::{self, AgentAddr};
 use crate::keeper::{Keeper, Starter};
 use crate::log;
-use crate::running::{Ended, Endpoint, Info, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError};
+use crate::running::{
+    Ended, Endpoint, Info, InsideListener, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
+};
 use crate::state::Owner;
 
 /// How long the agent may take to answer its first handshake.
@@ -531,8 +533,10 @@ impl Sandbox for NamespaceSandbox {
         Endpoint::Unix(self.inner.agent.path().to_owned())
     }
 
-    fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, StartError> {
-        listen_in_netns(self.inner.pid, port).map_err(StartError::backend)
+    fn listen_inside(&self, port: u16) -> Result<InsideListener, StartError> {
+        listen_in_netns(self.inner.pid, port)
+            .map(InsideListener::Tcp)
+            .map_err(StartError::backend)
     }
 
     fn oom_kills(&self) -> Option<u64> {
@@ -650,6 +654,10 @@ impl Starter for NamespaceStarter {
             uid: ids.uid,
             gid: ids.gid,
         }
+    }
+
+    fn backend(&self) -> &'static str {
+        "namespace"
     }
 }
 
