@@ -14,6 +14,12 @@
 //! measured on this machine kind: 1.6 ms unsandboxed / 4.4 ms bwrap,
 //! 55 MB/s, 1.5 GB RSS and 54 ms spawn after the stream.
 //! Run with `cargo bench -p boxdesk --bench cowork_bench`.
+//!
+//! `BOXDESK_BENCH_BACKENDS=kvm,namespace` instead measures, for each
+//! backend in one run: `startVM` → `isGuestConnected`, spawn `true` → exit
+//! p50, 64 MiB of stdout through events, and the server's RSS outside
+//! guest RAM — with ratios to the first (`tests/nested/cowork-bench.sh`
+//! runs it inside the nested L1s, where a VM boots).
 
 #[path = "support/mod.rs"]
 mod support;
@@ -38,9 +44,19 @@ impl Server {
     }
 
     fn start_bin(prefix: &str, bin: &std::path::Path) -> Server {
+        Self::start_on(prefix, bin, None)
+    }
+
+    /// A server whose sandboxes run on `backend` (`BOXDESK_BACKEND`), or
+    /// on cowork's own choice.
+    fn start_on(prefix: &str, bin: &std::path::Path, backend: Option<&str>) -> Server {
         let root = support::private_root(prefix, &["run", "home", "data"]);
         let sock = root.join("run/cw.sock");
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if let Some(b) = backend {
+            cmd.env("BOXDESK_BACKEND", b);
+        }
+        let child = cmd
             .args(["cowork", "-socket"])
             .arg(&sock)
             .env("HOME", root.join("home"))
@@ -69,6 +85,29 @@ impl Server {
         // utime and stime are fields 14 and 15 (1-based) of the whole line.
         let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
         ticks as f64 / 100.0
+    }
+
+    /// Resident KiB of the server outside guest RAM: its RSS minus what
+    /// is resident of its mappings of `guest_kib` or more (a VM's RAM).
+    fn rss_without_guest_kib(&self, guest_kib: u64) -> u64 {
+        let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", self.child.id())).unwrap();
+        let (mut total, mut guest) = (0, 0);
+        let mut big = false;
+        for line in smaps.lines() {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("Size:"), Some(kb)) => big = kb.parse::<u64>().unwrap_or(0) >= guest_kib,
+                (Some("Rss:"), Some(kb)) => {
+                    let kb: u64 = kb.parse().unwrap_or(0);
+                    total += kb;
+                    if big {
+                        guest += kb;
+                    }
+                }
+                _ => {}
+            }
+        }
+        total - guest
     }
 
     fn rss_kib(&self) -> (u64, u64) {
@@ -232,12 +271,83 @@ fn session(srv: &Server) -> (UnixStream, UnixStream, u64) {
     (pipe, ev, next)
 }
 
+/// What one backend gives cowork: startVM → connected, spawn `true` →
+/// exit p50, MB/s of 64 MiB of stdout through events, the server's RSS
+/// outside guest RAM.
+struct Figures {
+    connect: Duration,
+    spawn_p50: Duration,
+    mbs: f64,
+    rss_kib: u64,
+}
+
+fn figures(backend: &str) -> Figures {
+    let srv = Server::start_on(&format!("bxcw-{backend}"), &support::bin(), Some(backend));
+    let t = Instant::now();
+    let (mut pipe, mut ev, mut next) = session(&srv);
+    let mut probe = UnixStream::connect(&srv.sock).unwrap();
+    while call(&mut probe, 1, "isGuestConnected", json!({}))["result"]["connected"] != true {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let connect = t.elapsed();
+    spawn_latencies(&mut pipe, &mut ev, "w", 10, &mut next);
+    let mut spawn = spawn_latencies(&mut pipe, &mut ev, "a", 100, &mut next);
+    const N: usize = 64 << 20;
+    let mut buf = Vec::new();
+    next += 1;
+    let t = Instant::now();
+    write_frame(
+        &mut pipe,
+        &json!({"method": "spawn", "id": next, "params": {"id": "big", "name": "bench", "command": "/bin/sh", "args": ["-c", format!("head -c {N} /dev/zero")]}}),
+    );
+    let (got, _, exit) = until_exit(&mut ev, "big", &mut buf);
+    let stream = t.elapsed();
+    assert_eq!(exit["exitCode"], 0, "{exit}");
+    assert_eq!(got, N, "every byte arrives");
+    Figures {
+        connect,
+        spawn_p50: pct(&mut spawn, 0.5),
+        mbs: N as f64 / stream.as_secs_f64() / 1e6,
+        // A cowork VM's RAM is 2048 MiB by default.
+        rss_kib: srv.rss_without_guest_kib(2048 * 1024),
+    }
+}
+
+/// `BOXDESK_BENCH_BACKENDS=kvm,namespace`: the same figures on each, in
+/// one run, with each against the first.
+fn compare_backends(list: &str) {
+    let all: Vec<(&str, Figures)> = list.split(',').map(|b| (b, figures(b))).collect();
+    let (first, base) = &all[0];
+    for (b, f) in &all {
+        println!(
+            "cowork on {b}: startVM -> isGuestConnected {:.1} ms; spawn true -> exit p50 {:.3} ms; 64 MiB stdout {:.0} MB/s; server RSS outside guest RAM {:.1} MiB",
+            ms(f.connect),
+            ms(f.spawn_p50),
+            f.mbs,
+            f.rss_kib as f64 / 1024.0
+        );
+        if b != first {
+            println!(
+                "cowork {b} / {first}: startVM {:.2}, spawn p50 {:.2}, stdout MB/s {:.2}, RSS {:.2}",
+                f.connect.as_secs_f64() / base.connect.as_secs_f64(),
+                f.spawn_p50.as_secs_f64() / base.spawn_p50.as_secs_f64(),
+                f.mbs / base.mbs,
+                f.rss_kib as f64 / base.rss_kib as f64
+            );
+        }
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
     if !cfg!(target_os = "linux") {
         println!("skipped: cowork is the Linux desktop helper");
+        return;
+    }
+    if let Ok(list) = std::env::var("BOXDESK_BENCH_BACKENDS") {
+        compare_backends(&list);
         return;
     }
     let srv = Server::start();

@@ -145,26 +145,25 @@ impl Backend {
                 (true, _) => Ok(self),
                 (false, why) => Err(BackendError::CannotBoot(self, why)),
             },
-            Backend::Auto => {
-                let vm = if cfg!(target_os = "linux") && !std::path::Path::new("/dev/kvm").exists()
-                {
-                    Err("no /dev/kvm".to_owned())
-                } else {
-                    match boxdesk_vmm::image::find(std::env::consts::ARCH, None, None) {
-                        Err(e) => Err(e.to_string()),
-                        Ok(_) => match probe_cached() {
-                            (true, _) => Ok(Self::HOST_VM),
-                            (false, why) => Err(why),
-                        },
-                    }
-                };
-                match vm {
-                    Ok(b) => Ok(b),
-                    Err(_) if cfg!(target_os = "linux") => Ok(Backend::Namespace),
-                    Err(why) => Err(BackendError::NoneHere(why)),
-                }
-            }
+            Backend::Auto => match vm_here() {
+                Ok(b) => Ok(b),
+                Err(_) if cfg!(target_os = "linux") => Ok(Backend::Namespace),
+                Err(why) => Err(BackendError::NoneHere(why)),
+            },
         }
+    }
+}
+
+/// The VM backend `auto` picks where a VM can boot here (the hypervisor
+/// probe says so and a guest image is installed), else why not.
+pub fn vm_here() -> Result<Backend, String> {
+    if cfg!(target_os = "linux") && !std::path::Path::new("/dev/kvm").exists() {
+        return Err("no /dev/kvm".to_owned());
+    }
+    boxdesk_vmm::image::find(std::env::consts::ARCH, None, None).map_err(|e| e.to_string())?;
+    match probe_cached() {
+        (true, _) => Ok(Backend::HOST_VM),
+        (false, why) => Err(why),
     }
 }
 

@@ -70,6 +70,8 @@ pub struct Allowlist {
     names: BTreeMap<String, BTreeSet<Ports>>,
     wildcards: BTreeMap<String, BTreeSet<Ports>>,
     nets: BTreeSet<(IpNet, Ports)>,
+    /// Every public destination, on any port ([`Allowlist::public`]).
+    public: bool,
 }
 
 /// One parsed entry.
@@ -92,6 +94,7 @@ impl Allowlist {
             names: BTreeMap::new(),
             wildcards: BTreeMap::new(),
             nets: BTreeSet::new(),
+            public: false,
         };
         for raw in entries {
             let raw = raw.as_ref();
@@ -110,6 +113,19 @@ impl Allowlist {
         Ok(list)
     }
 
+    /// Every public destination on any port, and nothing private: no name
+    /// whose DNS answer is a private, loopback, link-local, CGNAT or ULA
+    /// address and no such address. The way out of a sandbox that has no
+    /// network device of its own and no `allowedDomains` (a VM's).
+    pub fn public() -> Self {
+        Allowlist {
+            names: BTreeMap::new(),
+            wildcards: BTreeMap::new(),
+            nets: BTreeSet::new(),
+            public: true,
+        }
+    }
+
     /// Whether `host` (a name, IPv4 literal, or IPv6 literal with or without brackets) may be
     /// reached on `port` by the rules alone (before any name is resolved).
     pub fn allows(&self, host: &str, port: u16) -> bool {
@@ -119,6 +135,9 @@ impl Allowlist {
     /// The normalised entries, sorted and comma-joined (used as a key to share one proxy
     /// between sandboxes with the same list).
     pub fn key(&self) -> String {
+        if self.public {
+            return "*".to_owned();
+        }
         let port = |p: &Ports| match p {
             Ports::Web => String::new(),
             Ports::Only(p) => format!(":{p}"),
@@ -162,6 +181,12 @@ impl Allowlist {
 
     /// Whether an entry names `host` with ports for which `ok` holds.
     fn listed(&self, host: &Host, ok: impl Fn(Ports) -> bool) -> bool {
+        if self.public {
+            return match host {
+                Host::Ip(ip) => !is_non_public(*ip),
+                Host::Name(_) => true,
+            };
+        }
         let has = |map: &BTreeMap<String, BTreeSet<Ports>>, n: &str| {
             map.get(n).is_some_and(|ps| ps.iter().any(|p| ok(*p)))
         };
@@ -336,6 +361,31 @@ mod tests {
     use super::*;
 
     type R<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+    #[test]
+    fn the_public_list_allows_any_name_and_public_address_on_any_port_and_nothing_private() {
+        let a = Allowlist::public();
+        assert!(a.allows("api.anthropic.com", 443) && a.allows("example.org", 8443));
+        assert!(a.allows("1.1.1.1", 53) && a.allows("[2606:4700::1111]", 443));
+        for private in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "[::1]",
+            "[fd00::1]",
+            "[::ffff:127.0.0.1]",
+        ] {
+            assert!(!a.allows(private, 443), "{private}");
+        }
+        // A name is allowed by the rules; where it leads is checked after
+        // the lookup, and only public addresses pass.
+        assert!(a.may_lead_to("93.184.216.34".parse().unwrap(), 443));
+        assert!(!a.may_lead_to("127.0.0.1".parse().unwrap(), 443));
+        assert!(!a.may_lead_to("10.1.2.3".parse().unwrap(), 80));
+        assert_eq!(a.key(), "*");
+    }
 
     #[test]
     fn exact_entries_match_only_that_host_and_ip_literals_only_literally() -> R {

@@ -21,11 +21,10 @@
 //! through [`logged`] before it reaches a log line.
 //!
 //! Backend: which backend runs cowork's sandboxes is the `boxdesk`
-//! binary's decision, made before it calls [`main`] and handed over as
-//! [`Options::starter`] (docs/COWORK.md's `auto` is the namespace backend until
-//! a VM's shares can follow folders attached while it runs, so it refuses
-//! `BOXDESK_BACKEND=kvm|hvf`);
-//! nothing here names a backend. This crate builds on `boxdesk-sandbox` and
+//! binary's decision (`auto`: a VM where one boots, else namespaces), made
+//! before it calls [`main`] and handed over as [`Options::starter`]; what
+//! differs between backends is asked of the [`Starter`] (whether its
+//! sandboxes can have the host's network), and nothing here names one. This crate builds on `boxdesk-sandbox` and
 //! `boxdesk-channel` and must never depend on `boxdesk-hv`,
 //! `boxdesk-devices` or `boxdesk-vmm` (`cargo tree -p boxdesk-cowork`
 //! shows none of them).
@@ -110,9 +109,22 @@ pub struct Options {
     /// What starts the sandboxes: the backend the binary resolved (cowork
     /// never picks one).
     pub starter: Arc<dyn Starter>,
+    /// Why the binary chose that backend, in one line (reported with the
+    /// first `startupStep` of every `startVM`).
+    pub backend_why: String,
     /// Where the binary's logger copies its lines once `configure` names
     /// the app's `logDir`.
     pub log_copy: logcopy::LogCopy,
+}
+
+/// What runs cowork's sandboxes: the binary's choice of backend, and why
+/// it chose it (said in the log and with every `startVM`).
+#[derive(Debug, Clone)]
+pub struct Backend {
+    /// What starts the sandboxes.
+    pub starter: Arc<dyn Starter>,
+    /// Why this backend, in one line.
+    pub why: Arc<str>,
 }
 
 /// Serves until SIGTERM or SIGINT, then stops every sandbox, kills every
@@ -159,7 +171,10 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         data_root,
         runtime_root,
         Box::new(move |on| debug(on)),
-        opts.starter.clone(),
+        Backend {
+            starter: opts.starter.clone(),
+            why: opts.backend_why.as_str().into(),
+        },
         opts.log_copy.clone(),
     ));
     tracing::info!("boxdesk cowork serving on {}", opts.socket.display());

@@ -27,7 +27,6 @@ use super::process::Procs;
 use super::proxy::{self, Allowlist};
 use super::sandbox::{Layout, Naming, Net, Sandbox, SandboxError};
 use super::sessions::SessionsDir;
-use boxdesk_sandbox::keeper::Starter;
 use boxdesk_sandbox::running::Resources;
 
 /// A profile's identity.
@@ -121,7 +120,7 @@ pub struct Profile {
     /// Numbers the private-network sandboxes (`-net<n>` of their names and logs); never reused.
     next_tag: std::sync::atomic::AtomicU32,
     /// What starts its sandboxes (the binary's choice of backend).
-    starter: Arc<dyn Starter>,
+    backend: crate::Backend,
     /// The topmost private dirs above `dir` (`<data>/boxdesk`) and above
     /// `layout.runtime` (`<runtime>/boxdesk/cowork`).
     tops: [PathBuf; 2],
@@ -130,13 +129,13 @@ pub struct Profile {
 impl Profile {
     /// A profile whose files live under `root/<dir_name>` and whose
     /// sockets and staged mounts live under `runtime/<dir_name>`, for a
-    /// user whose home is `home`, whose sandboxes `starter` starts.
+    /// user whose home is `home`, whose sandboxes run on `backend`.
     pub fn new(
         key: ProfileKey,
         root: &Path,
         runtime: &Path,
         home: &Path,
-        starter: Arc<dyn Starter>,
+        backend: crate::Backend,
     ) -> Self {
         let dir = root.join(key.dir_name());
         let tops = [root.parent().unwrap_or(root).to_owned(), runtime.to_owned()];
@@ -161,7 +160,7 @@ impl Profile {
             connected: AtomicBool::new(false),
             shared_ready: AtomicBool::new(false),
             next_tag: std::sync::atomic::AtomicU32::new(0),
-            starter,
+            backend,
             tops,
         }
     }
@@ -236,6 +235,14 @@ impl Profile {
         if self.is_running() {
             return Ok(());
         }
+        // Which backend, and why: the binary's choice, said once per start.
+        self.emit(json!({
+            "type": "startupStep",
+            "step": "select_backend",
+            "status": "completed",
+            "backend": self.backend.starter.backend(),
+            "reason": &*self.backend.why,
+        }));
         self.step("prepare_session", "running");
         if let Err(e) = self.prepare() {
             self.step("prepare_session", "failed");
@@ -253,7 +260,7 @@ impl Profile {
             self.emit_error(&why, true);
             return Err(why);
         }
-        let starter = self.starter.clone();
+        let starter = self.backend.starter.clone();
         let (naming, resources) = (self.naming("host"), self.resources());
         match Sandbox::start(starter, &self.layout, Net::Host, naming, staged, resources).await {
             Ok(sb) => {
@@ -275,8 +282,11 @@ impl Profile {
         drop(_life);
         if let Some(url) = api_probe {
             let me = self.clone();
+            // The path a spawn's traffic takes: straight out, or through the
+            // proxy and its rules.
+            let rules = self.host().and_then(|sb| sb.allowlist().cloned());
             tokio::spawn(async move {
-                let status = match proxy::probe(&url, None).await {
+                let status = match proxy::probe(&url, rules.as_ref()).await {
                     Ok(r) => r.as_str(),
                     Err(_) => "unreachable",
                 };
@@ -385,7 +395,7 @@ impl Profile {
         self.private_log(&tag)
             .map_err(|e| format!("cannot start the filtered sandbox: {e}"))?;
         let sb = Sandbox::start(
-            self.starter.clone(),
+            self.backend.starter.clone(),
             &self.layout,
             Net::Filtered(Arc::new(allow)),
             self.naming(&tag),

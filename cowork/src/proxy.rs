@@ -19,8 +19,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{copy_bidirectional, AsyncReadExt, AsyncWriteExt};
-use tokio::net::{lookup_host, TcpListener, TcpStream};
+use tokio::io::{copy_bidirectional, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{lookup_host, TcpListener, TcpStream, UnixListener};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 use tracing::debug;
@@ -108,21 +108,69 @@ impl Reachability {
     }
 }
 
+/// Where the proxy's clients come from: a listener in the sandbox's own
+/// network namespace, or the Unix socket a VM's relay hands them to
+/// (`boxdesk_sandbox::running::InsideListener`, registered with tokio).
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP connections.
+    Tcp(TcpListener),
+    /// Unix-socket connections (relayed from inside a VM).
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// Registers a sandbox's listener with the running tokio runtime.
+    pub fn from_inside(l: boxdesk_sandbox::running::InsideListener) -> std::io::Result<Self> {
+        use boxdesk_sandbox::running::InsideListener;
+        Ok(match l {
+            InsideListener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                Listener::Tcp(TcpListener::from_std(l)?)
+            }
+            InsideListener::Unix(l) => {
+                l.set_nonblocking(true)?;
+                Listener::Unix(UnixListener::from_std(l)?)
+            }
+        })
+    }
+}
+
+/// One accepted client.
+enum Client {
+    Tcp(TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Client> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(|(s, _)| Client::Tcp(s)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Client::Unix(s)),
+        }
+    }
+}
+
 /// Serves proxy connections accepted on `listener` until the returned future is dropped; each
 /// connection is its own task; one bad client never affects another. Dropping the future also
 /// aborts the connections it is still serving.
-pub async fn serve(listener: TcpListener, allow: Arc<Allowlist>) {
+pub async fn serve(listener: Listener, allow: Arc<Allowlist>) {
     serve_using(listener, allow, Resolver::System).await;
 }
 
-async fn serve_using(listener: TcpListener, allow: Arc<Allowlist>, resolver: Resolver) {
+async fn serve_using(listener: Listener, allow: Arc<Allowlist>, resolver: Resolver) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok(client) => {
                     let (allow, resolver) = (Arc::clone(&allow), resolver.clone());
-                    conns.spawn(async move { handle(stream, &allow, &resolver).await });
+                    conns.spawn(async move {
+                        match client {
+                            Client::Tcp(s) => handle(s, &allow, &resolver).await,
+                            Client::Unix(s) => handle(s, &allow, &resolver).await,
+                        }
+                    });
                 }
                 Err(e) => {
                     // e.g. EMFILE: back off instead of spinning.
@@ -155,15 +203,19 @@ pub async fn probe(url: &str, allow: Option<&Allowlist>) -> Result<Reachability,
     })
 }
 
-async fn handle(mut client: TcpStream, allow: &Allowlist, resolver: &Resolver) {
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    allow: &Allowlist,
+    resolver: &Resolver,
+) {
     if let Err((status, body)) = proxy_one(&mut client, allow, resolver).await {
         reply(client, status, &body).await;
     }
 }
 
 /// Serves one connection; `Err` is the status line and body to answer with before closing.
-async fn proxy_one(
-    client: &mut TcpStream,
+async fn proxy_one<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
     allow: &Allowlist,
     resolver: &Resolver,
 ) -> Result<(), Refusal> {
@@ -231,7 +283,7 @@ async fn proxy_one(
 /// Reads through the blank line, keeping at most `MAX_HEAD` plus one read. Returns the buffer
 /// (which may hold bytes past the head) and the index of its `\r\n\r\n`; `None` if the client
 /// closed or failed before sending anything.
-async fn read_head(s: &mut TcpStream) -> Result<Option<(Vec<u8>, usize)>, Refusal> {
+async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Result<Option<(Vec<u8>, usize)>, Refusal> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
@@ -416,10 +468,16 @@ async fn connect_upstream(
 
 /// Sends a short text response and half-closes, then briefly drains what the client still
 /// sends so the close does not become a reset that eats the response.
-async fn reply(mut s: TcpStream, status: &str, body: &str) {
+async fn reply<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, status: &str, body: &str) {
     let len = body.len();
+    // A refusal by the rules says so in a header a client can test for.
+    let why = if status == FORBIDDEN {
+        "X-Proxy-Error: blocked-by-allowlist\r\n"
+    } else {
+        ""
+    };
     let msg = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}"
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\n{why}Content-Length: {len}\r\nConnection: close\r\n\r\n{body}"
     );
     if s.write_all(msg.as_bytes()).await.is_ok() && s.shutdown().await.is_ok() {
         let mut sink = [0u8; 4096];
@@ -453,7 +511,11 @@ mod tests {
     ) -> std::io::Result<TcpStream> {
         let (listener, port) = local_listener().await?;
         let allow = Allowlist::new(entries).map_err(std::io::Error::other)?;
-        tokio::spawn(serve_using(listener, Arc::new(allow), resolver));
+        tokio::spawn(serve_using(
+            Listener::Tcp(listener),
+            Arc::new(allow),
+            resolver,
+        ));
         TcpStream::connect(("127.0.0.1", port)).await
     }
 
@@ -655,7 +717,10 @@ mod tests {
     #[tokio::test]
     async fn garbage_gets_400_and_the_proxy_still_serves_the_next_client() -> R {
         let (listener, port) = local_listener().await?;
-        tokio::spawn(serve(listener, Arc::new(Allowlist::new(["example.com"])?)));
+        tokio::spawn(serve(
+            Listener::Tcp(listener),
+            Arc::new(Allowlist::new(["example.com"])?),
+        ));
         let garbage: [&[u8]; 2] = [
             b"\x16\x03\x01\x00\xff hi\r\n\r\n",
             b"GET /x HTTP/1.1\r\n\r\n",

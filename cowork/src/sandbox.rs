@@ -29,7 +29,9 @@ use boxdesk_channel::codec::handshake;
 use boxdesk_platform::sync::lock;
 use boxdesk_sandbox::keeper::{End, Keeper, KeeperError, Starter};
 use boxdesk_sandbox::lock::LockError;
-use boxdesk_sandbox::running::{Endpoint, Net as SpecNet, Resources, SandboxSpec, Share};
+use boxdesk_sandbox::running::{
+    Endpoint, InsideListener, Net as SpecNet, Resources, Rootfs, SandboxSpec, Share,
+};
 use boxdesk_sandbox::state::StateError;
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
@@ -167,6 +169,8 @@ pub struct Sandbox {
     how: Arc<Mutex<Option<String>>>,
     pool: Mutex<Vec<UnixStream>>,
     proxy: Option<tokio::task::JoinHandle<()>>,
+    /// The rules of its proxy, when its way out is the proxy.
+    allow: Option<Arc<Allowlist>>,
     filtered: bool,
 }
 
@@ -191,12 +195,15 @@ impl Sandbox {
         staged: bool,
         resources: Resources,
     ) -> Result<Arc<Sandbox>, SandboxError> {
-        let spec_net = match net {
-            Net::Host => SpecNet::Host,
-            Net::Filtered(_) => SpecNet::None,
+        // A backend without the host's network (a VM) reaches out only
+        // through the proxy, which then allows every public destination.
+        let (spec_net, allow) = match net {
+            Net::Host if starter.host_network() => (SpecNet::Host, None),
+            Net::Host => (SpecNet::None, Some(Arc::new(Allowlist::public()))),
+            Net::Filtered(allow) => (SpecNet::None, Some(allow)),
         };
         let layout = layout.clone();
-        let filtered = matches!(net, Net::Filtered(_));
+        let filtered = allow.is_some();
         let (keeper, sandbox, listener) = tokio::task::spawn_blocking(move || {
             start_kept(
                 &*starter, &layout, spec_net, &naming, staged, resources, filtered,
@@ -219,10 +226,11 @@ impl Sandbox {
             how,
             pool: Mutex::new(Vec::with_capacity(POOL)),
             proxy: None,
+            allow: allow.clone(),
             filtered,
         };
-        if let (Net::Filtered(allow), Some(l)) = (net, listener) {
-            match tokio::net::TcpListener::from_std(l) {
+        if let (Some(allow), Some(l)) = (allow, listener) {
+            match proxy::Listener::from_inside(l) {
                 Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
                 Err(e) => {
                     sb.stop().await;
@@ -268,17 +276,32 @@ impl Sandbox {
         }
     }
 
+    /// The rules its processes' connections out are held to, where its
+    /// only way out is the proxy (`None`: the host's network).
+    pub fn allowlist(&self) -> Option<&Allowlist> {
+        self.allow.as_deref()
+    }
+
     /// Environment that points a process at this sandbox's proxy.
     pub fn proxy_env(&self) -> Vec<(&'static str, String)> {
         if !self.filtered {
             return Vec::new();
         }
         let url = format!("http://127.0.0.1:{PROXY_PORT}");
-        let mut env = Vec::with_capacity(5);
-        for k in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        let mut env = Vec::with_capacity(8);
+        for k in [
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "https_proxy",
+            "http_proxy",
+            "all_proxy",
+        ] {
             env.push((k, url.clone()));
         }
-        env.push(("NO_PROXY", "localhost,127.0.0.1".to_owned()));
+        for k in ["NO_PROXY", "no_proxy"] {
+            env.push((k, "localhost,127.0.0.1,::1".to_owned()));
+        }
         env
     }
 
@@ -440,7 +463,7 @@ fn watch(
 type Kept = (
     Arc<Keeper>,
     Arc<dyn boxdesk_sandbox::Sandbox>,
-    Option<std::net::TcpListener>,
+    Option<InsideListener>,
 );
 
 /// Claims a name, starts the sandbox under it and waits for its agent
@@ -464,7 +487,10 @@ fn start_kept(
         .map_err(|e| abandon(os("starting a thread")(e)))?;
     keeper.label("profile", naming.profile.clone());
     keeper.label("log", naming.log.display().to_string());
-    let spec = spec(layout, &keeper_name(&keeper), net, staged, resources);
+    let mut spec = spec(layout, &keeper_name(&keeper), net, staged, resources);
+    if filtered {
+        spec.relays = vec![PROXY_PORT];
+    }
     let sandbox: Arc<dyn boxdesk_sandbox::Sandbox> = starter
         .start(&spec, &keeper, &naming.log)
         .map(Arc::from)
@@ -539,6 +565,9 @@ fn spec(
     ];
     spec.home = layout.home.clone();
     spec.cwd = "/sessions".into();
+    // The host's own system, read-only: the namespace backend's root, a
+    // VM's over virtio-fs, so the user's tools run in either.
+    spec.rootfs = Rootfs::Host;
     spec
 }
 

@@ -27,7 +27,6 @@ use super::methods;
 use super::profile::{Profile, ProfileKey};
 use boxdesk_sandbox::conn::stall::{next_frame, Timed};
 use boxdesk_sandbox::conn::{Admission, MAX_CONNECTIONS};
-use boxdesk_sandbox::keeper::Starter;
 
 /// Turns debug logging on or off.
 pub type DebugSwitch = Box<dyn Fn(bool) + Send + Sync>;
@@ -41,14 +40,14 @@ pub struct Server {
     profiles: Mutex<HashMap<ProfileKey, Arc<Profile>>>,
     last: Mutex<Option<ProfileKey>>,
     debug: DebugSwitch,
-    starter: Arc<dyn Starter>,
+    backend: crate::Backend,
     log_copy: LogCopy,
 }
 
 impl Server {
     /// A server for user `uid` with home `home`, keeping profiles' data
     /// under `data_root` and their sockets and staged mounts under
-    /// `runtime_root`, starting sandboxes with `starter`, copying its log
+    /// `runtime_root`, starting sandboxes on `backend`, copying its log
     /// where `log_copy` is told to.
     pub fn new(
         uid: u32,
@@ -56,7 +55,7 @@ impl Server {
         data_root: PathBuf,
         runtime_root: PathBuf,
         debug: DebugSwitch,
-        starter: Arc<dyn Starter>,
+        backend: crate::Backend,
         log_copy: LogCopy,
     ) -> Self {
         Server {
@@ -67,7 +66,7 @@ impl Server {
             profiles: Mutex::default(),
             last: Mutex::default(),
             debug,
-            starter,
+            backend,
             log_copy,
         }
     }
@@ -116,7 +115,7 @@ impl Server {
                     &self.data_root,
                     &self.runtime_root,
                     &self.home,
-                    self.starter.clone(),
+                    self.backend.clone(),
                 ))
             })
             .clone()

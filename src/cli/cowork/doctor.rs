@@ -23,11 +23,27 @@ struct Runs {
 }
 
 fn runs_on() -> Runs {
-    if let Err(e) = super::cowork_backend() {
+    let choice = match super::cowork_backend() {
+        Ok(c) => c,
+        Err(e) => {
+            return Runs {
+                backend: None,
+                why: format!("`boxdesk cowork` refuses to start: {e:#}"),
+                can_run: false,
+                checks: Vec::new(),
+            }
+        }
+    };
+    let backend = choice.starter.backend();
+    if backend != "namespace" {
         return Runs {
-            backend: None,
-            why: format!("`boxdesk cowork` refuses to start: {e:#}"),
-            can_run: false,
+            backend: Some(backend),
+            why: format!(
+                "{}: each profile runs in a microVM whose root is this system, read-only, \
+                 folders shared over virtio-fs, the network only through boxdesk's proxy",
+                choice.why
+            ),
+            can_run: true,
             checks: Vec::new(),
         };
     }
@@ -42,10 +58,7 @@ fn runs_on() -> Runs {
     };
     Runs {
         backend: Some("namespace"),
-        why: "cowork's sandboxes run on the namespace backend (bubblewrap) whatever a VM could \
-              do here: cowork attaches folders to running sandboxes, and a VM's virtio-fs shares \
-              are fixed at boot"
-            .to_owned(),
+        why: format!("{}: bubblewrap namespaces", choice.why),
         can_run: bwrap.is_available() && trial.is_available(),
         checks: vec![
             ("bubblewrap", bwrap.to_string()),

@@ -4,9 +4,8 @@
 //! own name, `cowork-linux-helper -socket PATH`, as the app starts it)
 //! serves the helper protocol: logging whose level `setDebugLogging` can
 //! change at runtime and that `configure`'s `logDir` gets a copy of, the
-//! backend check (cowork's sandboxes run on the namespace backend until a
-//! VM's shares can follow folders attached while it runs), then the
-//! server of [`boxdesk_cowork`]. `install`, `uninstall` and `status` put
+//! choice of backend (a microVM per profile where one boots, else
+//! namespaces; [`cowork_backend`]), then the server of [`boxdesk_cowork`]. `install`, `uninstall` and `status` put
 //! boxdesk in the place of the app's helper and back (`install.rs`);
 //! `doctor` evaluates the app's support gate and says what boxdesk runs on
 //! (`doctor.rs`).
@@ -260,17 +259,23 @@ pub fn cowork(socket: PathBuf) -> i32 {
         let _ = handle.modify(|f| *f = level);
         tracing::info!("debug logging {}", if on { "on" } else { "off" });
     });
-    let starter = match cowork_backend() {
-        Ok(s) => s,
+    let choice = match cowork_backend() {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("boxdesk cowork: {e:#}");
             return EXIT_BOXDESK;
         }
     };
+    tracing::info!(
+        "sandboxes run on the {} backend: {}",
+        choice.starter.backend(),
+        choice.why
+    );
     let opts = boxdesk_cowork::Options {
         socket,
         debug,
-        starter,
+        starter: choice.starter,
+        backend_why: choice.why,
         log_copy,
     };
     match boxdesk_cowork::main(opts) {
@@ -282,26 +287,64 @@ pub fn cowork(socket: PathBuf) -> i32 {
     }
 }
 
-/// The starter of cowork's sandboxes, from `BOXDESK_BACKEND` parsed as for
-/// `run`. Its sandboxes need host folders, which only the namespace backend
-/// shares today (a VM needs virtio-fs), so `auto` and `namespace` start
-/// namespace sandboxes and `kvm`/`hvf` are refused with that reason; an
-/// unknown word is refused as for `run`. Unset, empty or not UTF-8 means
-/// `auto`.
+/// What cowork's sandboxes run on, and why.
 #[cfg(target_os = "linux")]
-pub(super) fn cowork_backend(
-) -> anyhow::Result<std::sync::Arc<dyn boxdesk_sandbox::keeper::Starter>> {
-    use crate::backend::Backend;
+pub(super) struct Choice {
+    /// What starts them.
+    pub starter: std::sync::Arc<dyn boxdesk_sandbox::keeper::Starter>,
+    /// Why this backend, in one line.
+    pub why: String,
+}
+
+/// vCPUs of a cowork VM when `startVM`/`configure` set none (at most the
+/// host's CPUs).
+#[cfg(target_os = "linux")]
+pub const COWORK_VCPUS: u32 = 2;
+/// Memory of a cowork VM in MiB when `startVM`/`configure` set none; RAM
+/// the guest never touches is never resident on the host.
+#[cfg(target_os = "linux")]
+pub const COWORK_MEM_MIB: u32 = 2048;
+
+/// The backend of cowork's sandboxes, from `BOXDESK_BACKEND` parsed as for
+/// `run` (unset, empty or not UTF-8: `auto`): `auto` is a VM where one can
+/// boot here (the same probe as `run`), else the namespace backend; `kvm`
+/// and `namespace` force one, and a VM that cannot boot here is refused
+/// with the probe's reason.
+#[cfg(target_os = "linux")]
+pub(super) fn cowork_backend() -> anyhow::Result<Choice> {
+    use crate::backend::{vm_here, Backend};
+    use std::sync::Arc;
     let backend = match std::env::var("BOXDESK_BACKEND") {
         Ok(w) if !w.is_empty() => w.parse::<Backend>()?,
         _ => Backend::Auto,
     };
-    match backend {
-        Backend::Auto | Backend::Namespace => Ok(std::sync::Arc::new(
-            boxdesk_sandbox::namespace::running::NamespaceStarter,
-        )),
-        vm => anyhow::bail!("cowork runs on the namespace backend: the {vm} backend cannot run cowork's sandboxes yet (cowork attaches folders to running sandboxes, and a VM's virtio-fs shares are fixed at boot); unset BOXDESK_BACKEND or set it to namespace"),
-    }
+    let vm = |why: String| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let defaults = boxdesk_sandbox::running::Resources {
+            cpus: Some(COWORK_VCPUS.min(cpus)),
+            mem_mib: Some(COWORK_MEM_MIB),
+            ..Default::default()
+        };
+        Choice {
+            starter: Arc::new(boxdesk_vmm::sandbox::VmStarter { defaults }),
+            why,
+        }
+    };
+    let namespace = |why: String| Choice {
+        starter: Arc::new(boxdesk_sandbox::namespace::running::NamespaceStarter),
+        why,
+    };
+    Ok(match backend {
+        Backend::Namespace => namespace("BOXDESK_BACKEND=namespace".into()),
+        Backend::Auto => match vm_here() {
+            Ok(b) => vm(format!("auto: a VM boots here ({b})")),
+            Err(why) => namespace(format!("auto: no VM can boot here ({why})")),
+        },
+        forced => {
+            forced.resolve()?;
+            vm(format!("BOXDESK_BACKEND={forced}"))
+        }
+    })
 }
 
 /// Off Linux: a clear refusal; the server is the app's helper on Linux
