@@ -9,8 +9,10 @@ say() { printf '[setup] %s\n' "$*"; }
 
 # Debian packages: bubblewrap (namespace backend), qemu-user-static (run
 # the aarch64 agent), file, Debian's Rust 1.96 with its std source (build
-# std for musl targets), dtc (the aarch64 FDT tests decompile our blobs).
-pkgs=(bubblewrap qemu-user-static file rustc-web cargo-web rust-web-src device-tree-compiler)
+# std for musl targets), dtc (the aarch64 FDT tests decompile our blobs),
+# busybox-static (its nc drives the cowork proxy tests inside sandboxes;
+# the x86_64 guest image takes its busybox from it too).
+pkgs=(bubblewrap qemu-user-static file rustc-web cargo-web rust-web-src device-tree-compiler busybox-static)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

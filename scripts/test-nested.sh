@@ -8,8 +8,9 @@
 #    real KVM: kvm-amd and KVM arm64) built static and run inside L1;
 #    every `test result:` line must say ok.
 # 4. boxdesk's VM tests (tests/vm: full boots of our VMM with the image of
-#    images/build.sh) built static and run inside the L1 of each arch (KVM
-#    x86_64 and KVM arm64); none may skip there.
+#    images/build.sh) and the cowork suite on the VM backend (tests/cowork
+#    with BOXDESK_TEST_BACKEND=kvm) built static and run inside the L1 of
+#    each arch (KVM x86_64 and KVM arm64); none may skip there.
 # 5. The boot benchmark (printed, not asserted).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,7 +47,7 @@ for crate in boxdesk-channel boxdesk-hv; do
 done
 
 for arch in x86_64 aarch64; do
-  step "boxdesk's VM tests inside L1 ($arch): our VMM boots our image on real KVM"
+  step "boxdesk's VM tests and cowork on VMs inside L1 ($arch): our VMM boots our image on real KVM"
   images=target/images/$arch
   if [ ! -f "$images/initramfs.cpio.gz" ]; then
     echo "nested: no $arch image (bash images/build.sh $arch runs before this in scripts/test.sh)" >&2
@@ -63,7 +64,11 @@ for arch in x86_64 aarch64; do
   rm -rf "$tree"
   log=$(mktemp)
   rc=0
-  bash tests/nested/cargo-test.sh "$arch" --timeout 1500 -p boxdesk --test tests -- vm:: --nocapture 2>&1 | tee "$log" || rc=$?
+  # One L1 run: the VM tests, then the whole cowork suite with cowork's
+  # sandboxes in VMs (BOXDESK_TEST_BACKEND=kvm; the image for cowork's
+  # static boxdesk, which lives outside the checkout).
+  BOXDESK_TEST_BACKEND=kvm BOXDESK_IMAGE_DIR="$root/$images" \
+    bash tests/nested/cargo-test.sh "$arch" --timeout 2700 --mem 3072 -p boxdesk --test tests -- vm:: cowork:: --nocapture 2>&1 | tee "$log" || rc=$?
   oks=$(grep -c '^test result: ok\. ' "$log" || true)
   skips=$(grep '^skipped: ' "$log" | grep -vc 'this KVM can boot VMs' || true)
   rm -f "$log"

@@ -411,7 +411,11 @@ fn cowork_doctor_json_without_qemu_or_virtiofsd_names_each_missing_item() {
         assert!(by("qemu")["fix"].as_str().unwrap().contains("install it"));
         assert_eq!(by("kvm")["probed"], json!(["/dev/kvm"]));
     }
-    assert_eq!(v["boxdesk"]["backend"], "namespace", "{v:#}");
+    assert_eq!(
+        v["boxdesk"]["backend"],
+        super::client::backend_word(),
+        "{v:#}"
+    );
 
     // The same root with everything the app probes: the gate passes.
     let put = |p: &str, mode: u32| {
@@ -448,11 +452,11 @@ fn cowork_doctor_says_in_words_why_the_app_will_not_dial_and_how_to_fix_it() {
     assert!(out.stdout.contains("FAIL virtiofsd"), "{out}");
     assert!(out.stdout.contains("fix: "), "{out}");
     assert!(out.stdout.contains("will NOT start any helper"), "{out}");
-    assert!(
-        out.stdout
-            .contains("boxdesk: serves it on the namespace backend"),
-        "{out}"
+    let serves = format!(
+        "boxdesk: serves it on the {} backend",
+        super::client::backend_word()
     );
+    assert!(out.stdout.contains(&serves), "{out}");
 }
 
 #[test]

@@ -154,11 +154,34 @@ pub fn spawn_server_with(
         .env("HOME", &env.home)
         .env_remove("BOXDESK_BACKEND")
         .env_remove("RUST_LOG")
+        .envs(test_backend().map(|b| ("BOXDESK_BACKEND", b)))
         .stdin(Stdio::null())
         .stdout(logf.try_clone().unwrap())
         .stderr(logf)
         .spawn()
         .expect("spawn boxdesk cowork")
+}
+
+/// The backend the suite runs cowork on: `BOXDESK_TEST_BACKEND` (CI sets
+/// `kvm` inside the nested L1s), else cowork's own choice (`auto`).
+pub fn test_backend() -> Option<String> {
+    std::env::var("BOXDESK_TEST_BACKEND")
+        .ok()
+        .filter(|b| !b.is_empty())
+}
+
+/// Whether the suite runs cowork's sandboxes in VMs.
+pub fn on_vm() -> bool {
+    matches!(test_backend().as_deref(), Some("kvm" | "hvf"))
+}
+
+/// The backend `info` and `ls` report for cowork's sandboxes in this run.
+pub fn backend_word() -> &'static str {
+    match test_backend().as_deref() {
+        Some("kvm") => "kvm",
+        Some("hvf") => "hvf",
+        _ => "namespace",
+    }
 }
 
 fn read(p: &Path) -> String {

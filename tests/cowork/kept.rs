@@ -47,7 +47,7 @@ fn a_running_profiles_sandbox_is_listed_with_its_profile_and_exec_into_it_sees_t
     let name = row["name"].as_str().unwrap();
     assert!(name.starts_with("cowork-"), "{row}");
     assert_eq!(row["state"], "running", "{row}");
-    assert_eq!(row["backend"], "namespace", "{row}");
+    assert_eq!(row["backend"], super::client::backend_word(), "{row}");
     let table = c.env.run(["ls"]);
     let line = table.stdout.lines().find(|l| l.starts_with(name)).unwrap();
     assert!(line.ends_with("listed"), "{table}");
@@ -186,9 +186,16 @@ fn a_sandbox_that_ended_leaves_no_accepting_thread_behind_in_cowork() {
         let r = p.call("startVM", json!({}));
         assert_eq!(r["success"], true, "{r}\n{}", c.log());
     }
+    // One control socket; one agent front (a namespace sandbox's
+    // forwarder), or one VM's queue-kick thread.
+    let agent = if super::client::on_vm() {
+        "virtio-notify"
+    } else {
+        "agent-accept"
+    };
     let deadline = Instant::now() + WAIT;
     loop {
-        let counts = ["control-accept", "agent-accept"].map(|n| threads_named(pid, n));
+        let counts = ["control-accept", agent].map(|n| threads_named(pid, n));
         if counts == [1, 1] {
             break;
         }

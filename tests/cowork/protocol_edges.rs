@@ -85,11 +85,20 @@ fn a_negative_size_or_count_is_refused_naming_its_field() {
             "{e}"
         );
     }
-    // Nothing was recorded: the profile's sandbox starts unlimited.
+    // Nothing was recorded: the profile's sandbox starts unlimited (a
+    // namespace sandbox), or with the backend's default memory (a VM).
     let r = p.call("startVM", json!({}));
     assert_eq!(r["success"], true, "{r}\n{}", c.log());
     let info = c.env.info(&super::kept_sandbox_of(&c, "neg"));
-    assert!(!info.contains_key("mem_mib"), "{info:?}");
+    if super::client::on_vm() {
+        assert_eq!(
+            info.get("mem_mib").map(String::as_str),
+            Some("2048"),
+            "{info:?}"
+        );
+    } else {
+        assert!(!info.contains_key("mem_mib"), "{info:?}");
+    }
 }
 
 #[test]

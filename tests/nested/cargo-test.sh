@@ -113,6 +113,10 @@ for a in "${test_args[@]+"${test_args[@]}"}"; do targs="$targs $(q "$a")"; done
   echo "set -u"
   # The VM file tests' full sizes (tests/vm/fs.rs), when asked for.
   [ -z "${BOXDESK_FS_FULL:-}" ] || echo "export BOXDESK_FS_FULL=$(q "$BOXDESK_FS_FULL")"
+  # The cowork suite on the VM backend (tests/cowork), and the image its
+  # static boxdesk boots (it lives outside the checkout's target/).
+  [ -z "${BOXDESK_TEST_BACKEND:-}" ] || echo "export BOXDESK_TEST_BACKEND=$(q "$BOXDESK_TEST_BACKEND")"
+  [ -z "${BOXDESK_IMAGE_DIR:-}" ] || echo "export BOXDESK_IMAGE_DIR=$(q "$BOXDESK_IMAGE_DIR")"
   for d in "$root" "$(realpath "$target_dir")"; do
     echo "mkdir -p $(q "$d") && mount -o bind $(q "/run/host$d") $(q "$d") || exit 125"
   done
