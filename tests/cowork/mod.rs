@@ -1289,14 +1289,15 @@ fn memory_mb_limits_the_sandbox_and_an_oom_killed_process_reports_it() {
         return;
     };
     assert_eq!(before, 0, "{exit}");
-    // One buffer filled at once, in the spawned process itself: 256 MiB
-    // against the cgroup's 64; in a 64 MiB VM 56 MiB (a guest kernel
-    // refuses outright to allocate more than its RAM).
-    let size = if client::on_vm() { "56M" } else { "256M" };
+    // One buffer filled at once, in the spawned process itself, as large
+    // as the memory the kernel says it has less 1 MiB (a kernel refuses
+    // outright to allocate more than its RAM): far past the cgroup's
+    // 64 MiB, or past what a 64 MiB VM has free.
     p.sh(
         "hog",
         "s1",
-        &format!("exec dd if=/dev/zero of=/dev/null bs={size} count=1"),
+        "kb=$(sed -n 's/^MemTotal: *\\([0-9]*\\) kB$/\\1/p' /proc/meminfo); \
+         exec dd if=/dev/zero of=/dev/null bs=$((kb - 1024))k count=1",
     );
     let exit = ev.exit_of("hog");
     assert_eq!(exit["signal"], "SIGKILL", "{exit}");
