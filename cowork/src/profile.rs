@@ -274,7 +274,7 @@ impl Profile {
             Err(e) => {
                 self.step("start_vm", "failed");
                 self.step("wait_for_guest", "failed");
-                let why = format!("cannot start the sandbox: {e}");
+                let why = format!("cannot start the sandbox: {}", e.with_causes());
                 self.emit_error(&why, true);
                 return Err(why);
             }
@@ -403,7 +403,9 @@ impl Profile {
             self.resources(),
         )
         .await
-        .map_err(|e: SandboxError| format!("cannot start the filtered sandbox: {e}"))?;
+        .map_err(|e: SandboxError| {
+            format!("cannot start the filtered sandbox: {}", e.with_causes())
+        })?;
         filtered.insert(key, sb.clone());
         Ok(sb)
     }

@@ -74,6 +74,21 @@ pub enum SandboxError {
     },
 }
 
+impl SandboxError {
+    /// The message with every cause after it (`a: b: c`), for the app,
+    /// which sees only this text.
+    pub fn with_causes(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        text
+    }
+}
+
 /// By hand, not `#[from]`: the cause is in the message, so it is not a
 /// `source()` too (a `{e:#}` chain prints it once).
 impl From<boxdesk_channel::ChannelError> for SandboxError {
@@ -574,6 +589,21 @@ fn spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_error_reaches_the_app_with_every_cause() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot inspect the bind sources")]
+        struct Inspect(#[source] io::Error);
+        let cause = io::Error::new(io::ErrorKind::NotFound, "/x: No such file");
+        let e = SandboxError::Start(boxdesk_sandbox::running::StartError::Backend(Box::new(
+            Inspect(cause),
+        )));
+        assert_eq!(
+            e.with_causes(),
+            "cannot inspect the bind sources: /x: No such file"
+        );
+    }
 
     #[test]
     fn a_profiles_sandbox_is_named_after_this_server_and_the_profiles_safe_characters() {

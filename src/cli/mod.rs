@@ -371,6 +371,8 @@ pub fn main() -> i32 {
 pub(crate) fn init_logging(verbose: bool) {
     use std::io::IsTerminal as _;
     use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -389,9 +391,24 @@ pub(crate) fn init_logging(verbose: bool) {
                     .with_default_directive(default.into())
                     .from_env_lossy(),
             )
-            .try_init(),
-        None => builder.with_max_level(default).try_init(),
+            .try_init()
+            .is_ok(),
+        None => builder
+            .with_max_level(default)
+            .finish()
+            .with(quiet_dependencies())
+            .try_init()
+            .is_ok(),
     };
+}
+
+/// Passes everything but the chatter of crates we use: fuse-backend-rs
+/// logs every FUSE `INIT` (a dozen lines per VM) at info.
+pub(crate) fn quiet_dependencies() -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::LevelFilter;
+    tracing_subscriber::filter::Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target("fuse_backend_rs", LevelFilter::WARN)
 }
 
 /// Raises a server's open-file soft limit to the hard limit (`__vmm` and

@@ -6,9 +6,10 @@
 # isGuestConnected, spawn `true` → exit p50, 64 MiB of stdout through
 # events, the server's RSS outside guest RAM; ratios printed) in one L1 run.
 #
-# x86_64: both backends, inside `chroot /run/host` (the build machine's own
-# Debian, read-only over 9p, with a tmpfs /tmp): bubblewrap is there for the
-# namespace backend, and the VM's root is that same system (`--root host`).
+# x86_64: both backends, on the build machine's own Debian as the root
+# (read-only over 9p, a tmpfs /tmp, switched to as switch_root does):
+# bubblewrap is there for the namespace backend, and the VM's root is that
+# same system (`--root host`).
 # aarch64: the VM only (that L1 cannot run the host's x86_64 system, so it
 # has no bubblewrap); the VM's root is the L1's busybox system.
 # Under TCG the absolute figures are meaningless; the ratios are what to
@@ -33,11 +34,19 @@ case "$arch" in
 set -e
 R=/run/host
 mount -t tmpfs tmpfs \$R/tmp
-for d in dev proc sys; do mount --bind /\$d \$R/\$d; done
+for d in dev proc sys; do mount --rbind /\$d \$R/\$d; done
 mkdir -p -m 700 \$R/tmp/rt
-exec chroot \$R env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
+# bubblewrap makes its namespaces as the subordinate id root drops to.
+echo 10000 >/proc/sys/user/max_user_namespaces
+# The host system becomes the root as switch_root makes it (moved over /,
+# then chroot): the kernel refuses user namespaces to a process whose root
+# is not its mount namespace's, which a plain chroot would be.
+mount --make-rprivate /
+cd \$R
+mount --move . /
+exec chroot . env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
   XDG_RUNTIME_DIR=/tmp/rt BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img \
-  BOXDESK_BENCH_BACKENDS=kvm,namespace $bench
+  BOXDESK_BENCH_BACKENDS=namespace,kvm $bench
 EOF
     ;;
   aarch64)

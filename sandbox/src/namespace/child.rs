@@ -83,7 +83,9 @@ impl ChildSetup {
         };
         let mut stage = Vec::with_capacity(sources.len());
         for (i, (src, idmap)) in sources.iter().enumerate() {
-            let is_dir = std::fs::metadata(src)?.is_dir();
+            let is_dir = std::fs::metadata(src)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?
+                .is_dir();
             stage.push(Source {
                 host: cstr(src)?,
                 target: cstr(&staged_path(i))?,

@@ -250,6 +250,7 @@ pub fn cowork(socket: PathBuf) -> i32 {
         .with_target(false);
     let _ = tracing_subscriber::registry()
         .with(filter)
+        .with(super::quiet_dependencies())
         .with(fmt)
         .with(copied)
         .try_init();
