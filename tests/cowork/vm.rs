@@ -83,3 +83,40 @@ fn a_guest_kernel_panic_disconnects_with_a_fatal_error_and_start_vm_boots_a_fres
     let info = c.env.info(&second);
     assert_eq!(info["state"], "running", "{info:?} (first was {first})");
 }
+
+/// Resident and mapped KiB of the largest mapping of process `pid` (a
+/// VM's RAM in the server that runs it).
+fn largest_mapping_kib(pid: u32) -> (u64, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let (mut best, mut size) = ((0, 0), 0);
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next().and_then(|kb| kb.parse().ok())) {
+            (Some("Size:"), Some(kb)) => size = kb,
+            (Some("Rss:"), Some(kb)) if size > best.1 => best = (kb, size),
+            _ => {}
+        }
+    }
+    best
+}
+
+#[test]
+fn a_vms_ram_is_mapped_at_its_size_but_only_what_the_guest_touched_is_resident() {
+    if skip_unless_vm("a_vms_ram_is_mapped_at_its_size_but_only_what_the_guest_touched_is_resident")
+    {
+        return;
+    }
+    let c = Cowork::start();
+    let mut p = c.boot("ram");
+    let mut ev = c.events("ram");
+    p.sh("m", "s", "grep MemTotal /proc/meminfo");
+    assert_eq!(ev.exit_of("m")["exitCode"], 0, "{:?}", ev.seen);
+    let (resident, mapped) = largest_mapping_kib(c.child.0.id());
+    // The default: 2048 MiB of guest RAM, mapped in the server.
+    assert!(mapped >= 2048 * 1024, "largest mapping {mapped} KiB");
+    assert!(
+        resident < 512 * 1024,
+        "{resident} KiB of the guest's {mapped} KiB resident after a boot and a spawn"
+    );
+    println!("guest RAM resident after boot and one spawn: {resident} of {mapped} KiB");
+}

@@ -5,7 +5,7 @@
 //! up one worker, not the share.
 //!
 //! A worker takes one chain off a queue under that queue's lock, wakes
-//! another worker in case more are waiting, serves the request without any
+//! another worker when more are waiting, serves the request without any
 //! lock held and puts the reply on the used ring. A request the FUSE
 //! server fails on gets an `EIO` reply (the guest sees an error for that
 //! request, the device goes on); a chain outside guest memory or a ring
@@ -188,19 +188,27 @@ fn run(shared: &Shared) {
 /// Serves queue `q` until it is empty or the device broke.
 fn serve(shared: &Shared, q: usize) {
     while !shared.broken.load(Ordering::SeqCst) {
-        let chain = {
+        let (chain, more) = {
             let mut queue = lock(&shared.queues[q]);
-            match queue.iter(&shared.mem) {
+            let chain = match queue.iter(&shared.mem) {
                 Ok(mut avail) => avail.next(),
                 Err(e) => return broke(shared, &format!("available ring: {e}")),
-            }
+            };
+            // Whether the driver has made more available than this one.
+            let more = queue
+                .avail_idx(&shared.mem, std::sync::atomic::Ordering::Acquire)
+                .map_or(true, |idx| idx.0 != queue.next_avail());
+            (chain, more)
         };
         let Some(chain) = chain else {
             return;
         };
-        // More may be waiting: let another worker look.
-        lock(&shared.state).pending |= 1 << q;
-        shared.wake.notify_one();
+        // More are waiting: let another worker take the next. (Waking one
+        // for nothing costs a thread switch per request.)
+        if more {
+            lock(&shared.state).pending |= 1 << q;
+            shared.wake.notify_one();
+        }
 
         let head = chain.head_index();
         let Some(len) = handle(shared, chain) else {

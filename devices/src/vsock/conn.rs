@@ -305,6 +305,18 @@ impl Conn {
         }
     }
 
+    /// Nothing more comes from the host: the guest is told it will not
+    /// receive (and not send either, when the host also stopped reading).
+    fn host_send_ended(&mut self, now: Instant) -> Header {
+        self.host_readable = false;
+        let flags = if self.host_write_closed {
+            SHUTDOWN_BOTH
+        } else {
+            SHUTDOWN_SEND
+        };
+        self.shutdown_to_guest(flags, now)
+    }
+
     fn shutdown_to_guest(&mut self, flags: u32, now: Instant) -> Header {
         self.local_shut |= flags;
         if self.local_shut == SHUTDOWN_BOTH {
@@ -336,13 +348,7 @@ impl Conn {
         }
         if self.want_forced_shutdown {
             self.want_forced_shutdown = false;
-            self.host_readable = false;
-            let flags = if self.host_write_closed {
-                SHUTDOWN_BOTH
-            } else {
-                SHUTDOWN_SEND
-            };
-            return Ok(Some(self.shutdown_to_guest(flags, now)));
+            return Ok(Some(self.host_send_ended(now)));
         }
         if self.can_read_host() {
             let credit = self.peer_credit() as usize;
@@ -355,15 +361,7 @@ impl Conn {
                 let n = credit.min(max_payload).min(scratch.len());
                 loop {
                     match (&self.stream).read(&mut scratch[..n]) {
-                        Ok(0) => {
-                            self.host_readable = false;
-                            let flags = if self.host_write_closed {
-                                SHUTDOWN_BOTH
-                            } else {
-                                SHUTDOWN_SEND
-                            };
-                            return Ok(Some(self.shutdown_to_guest(flags, now)));
-                        }
+                        Ok(0) => return Ok(Some(self.host_send_ended(now))),
                         Ok(got) => {
                             let got32 = u32::try_from(got).unwrap_or(u32::MAX);
                             self.rx_cnt += Wrapping(got32);
