@@ -11,7 +11,9 @@
 #    images/build.sh) and the cowork suite on the VM backend (tests/cowork
 #    with BOXDESK_TEST_BACKEND=kvm) built static and run inside the L1 of
 #    each arch (KVM x86_64 and KVM arm64); none may skip there.
-# 5. The boot benchmark (printed, not asserted).
+# 5. The cowork suite on the VM backend again as uid 65534 in the x86_64
+#    L1: a desktop user's cowork picks a VM wherever /dev/kvm is theirs.
+# 6. The boot benchmark (printed, not asserted).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -77,6 +79,18 @@ for arch in x86_64 aarch64; do
     exit 1
   fi
 done
+
+step "cowork on VMs again as a desktop user would run it (uid 65534, /dev/kvm usable by all; x86_64 L1)"
+log=$(mktemp)
+rc=0
+BOXDESK_TEST_BACKEND=kvm BOXDESK_IMAGE_DIR="$root/target/images/x86_64" \
+  bash tests/nested/cargo-test.sh x86_64 --as-nobody --timeout 1800 --mem 3072 -p boxdesk --test tests -- cowork:: 2>&1 | tee "$log" || rc=$?
+oks=$(grep -c '^test result: ok\. ' "$log" || true)
+rm -f "$log"
+if [ "$rc" != 0 ] || [ "$oks" = 0 ]; then
+  echo "nested: cowork as nobody in L1 (x86_64): exit $rc, ok lines $oks" >&2
+  exit 1
+fi
 
 step "benchmark: host wall time from qemu start to CMD running in L1"
 bash tests/nested/bench.sh 1

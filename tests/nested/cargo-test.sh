@@ -2,7 +2,7 @@
 # Builds a crate's tests as static musl binaries and runs them inside an L1
 # guest of that arch (README.md beside this file):
 #
-#   tests/nested/cargo-test.sh ARCH [--timeout SECS] [--mem MIB] [--no-run] CARGO_ARGS... [-- TEST_ARGS...]
+#   tests/nested/cargo-test.sh ARCH [--timeout SECS] [--mem MIB] [--no-run] [--as-nobody] CARGO_ARGS... [-- TEST_ARGS...]
 #   e.g. tests/nested/cargo-test.sh aarch64 -p boxdesk-channel
 #
 # CARGO_ARGS select what to build, as for `cargo test` (-p, --test, --lib,
@@ -15,6 +15,10 @@
 # every binary passed, 101 when one failed (as cargo test), 124 when L1's
 # deadline (--timeout, default 1800 s) hit, 125 when the harness failed.
 # --mem sets L1's memory (run.sh's default, 2048 MiB, unless given).
+# --as-nobody (x86_64) runs the tests as uid/gid 65534 with no groups, as a
+# desktop user would run boxdesk: /dev/kvm is made usable by all (as a
+# distribution's kvm group or uaccess does for the seated user), TMPDIR and
+# HOME are a directory of theirs; setpriv is the build machine's own.
 # --no-run only builds, and prints the static executables: `test PATH` per
 # test binary and `bin PATH` per binary built beside them (an integration
 # test's CARGO_BIN_EXE_*: `-p boxdesk` gives a static `boxdesk`).
@@ -38,18 +42,23 @@ case "$arch" in
   x86_64 | aarch64) shift ;;
   *) echo "usage: $0 x86_64|aarch64 [--timeout SECS] [--mem MIB] CARGO_ARGS... [-- TEST_ARGS...]" >&2; exit 2 ;;
 esac
-timeout=1800 no_run=0 mem=()
+timeout=1800 no_run=0 mem=() as_nobody=0
 cargo_args=() test_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --timeout) timeout=$2; shift 2 ;;
     --mem) mem=(--mem "$2"); shift 2 ;;
     --no-run) no_run=1; shift ;;
+    --as-nobody) as_nobody=1; shift ;;
     --) shift; test_args=("$@"); break ;;
     *) cargo_args+=("$1"); shift ;;
   esac
 done
 target=$arch-unknown-linux-musl
+if [ "$as_nobody" = 1 ] && [ "$arch" != x86_64 ]; then
+  say "--as-nobody needs the build machine's setpriv, which only an x86_64 L1 can run"
+  exit 2
+fi
 
 bash "$here/run.sh" "$arch" --check >/dev/null
 
@@ -120,11 +129,18 @@ for a in "${test_args[@]+"${test_args[@]}"}"; do targs="$targs $(q "$a")"; done
   for d in "$root" "$(realpath "$target_dir")"; do
     echo "mkdir -p $(q "$d") && mount -o bind $(q "/run/host$d") $(q "$d") || exit 125"
   done
+  run_as=""
+  if [ "$as_nobody" = 1 ]; then
+    lib=/run/host/usr/lib/x86_64-linux-gnu
+    echo "chmod 666 /dev/kvm && mkdir -m 700 /tmp/nobody && chown 65534:65534 /tmp/nobody || exit 125"
+    echo "export TMPDIR=/tmp/nobody HOME=/tmp/nobody"
+    run_as="$lib/ld-linux-x86-64.so.2 --library-path $lib /run/host/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups "
+  fi
   echo "n=0 failed=0"
   while IFS=$'\t' read -r exe pkg name; do
     echo "n=\$((n + 1))"
     echo "echo; echo \"== \$n: $name ($(basename "$exe"))\""
-    echo "cd $(q "$pkg") && CARGO_MANIFEST_DIR=$(q "$pkg") $(q "$exe") --test-threads=1$targs || failed=\$((failed + 1))"
+    echo "cd $(q "$pkg") && CARGO_MANIFEST_DIR=$(q "$pkg") $run_as$(q "$exe") --test-threads=1$targs || failed=\$((failed + 1))"
   done <<<"$tests"
   echo 'echo; echo "== $n test binaries, $failed failed (L1 '"$arch"')"'
   echo '[ "$failed" = 0 ] || exit 101'
