@@ -29,6 +29,11 @@ use super::sandbox::{Layout, Naming, Net, Sandbox, SandboxError};
 use super::sessions::SessionsDir;
 use boxdesk_sandbox::running::Resources;
 
+/// Private-network sandboxes (one per distinct `allowedDomains` list) a
+/// profile keeps at once; on a VM backend each is a VM. Past it, an idle
+/// one is stopped to make room, and with none idle the spawn is refused.
+pub const MAX_FILTERED: usize = 8;
+
 /// A profile's identity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProfileKey {
@@ -390,6 +395,23 @@ impl Profile {
         // A stopVM may have run while this waited for the lock.
         self.host()
             .ok_or("the VM is not running: call startVM first")?;
+        if filtered.len() >= MAX_FILTERED {
+            // Room is made by an idle one: no process runs in it (only this
+            // table holds it).
+            let idle = filtered
+                .iter()
+                .find(|(_, sb)| Arc::strong_count(sb) == 1)
+                .map(|(k, _)| k.clone());
+            match idle.and_then(|k| filtered.remove(&k)) {
+                Some(sb) => sb.stop().await,
+                None => {
+                    return Err(format!(
+                        "{MAX_FILTERED} sandboxes for other allowedDomains lists are running processes, \
+                         the most a profile keeps at once; spawn again when one of them has finished"
+                    ))
+                }
+            }
+        }
         let tag = format!("net{}", self.next_tag.fetch_add(1, Ordering::Relaxed));
         let staged = self.shared_ready.load(Ordering::SeqCst);
         self.private_log(&tag)

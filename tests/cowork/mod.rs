@@ -725,6 +725,52 @@ fn an_allowlist_of_a_public_suffix_is_refused_at_spawn_with_an_error_event_and_a
 }
 
 #[test]
+fn a_profile_keeps_at_most_eight_allowlist_sandboxes_and_an_idle_one_makes_room() {
+    let c = Cowork::start();
+    let mut p = c.boot("cap");
+    let mut ev = c.events("cap");
+    let spawn = |p: &mut client::Pipe, id: &str, script: &str, host: &str| {
+        p.call("spawn", json!({"id": id, "name": "s", "command": "/bin/sh", "args": ["-c", script], "allowedDomains": [host]}))
+    };
+    // Eight lists, each with a process that waits on its stdin.
+    for i in 0..8 {
+        let r = spawn(
+            &mut p,
+            &format!("hold{i}"),
+            "read x",
+            &format!("h{i}.example.com"),
+        );
+        assert_eq!(r["success"], true, "{r}\n{}", c.log());
+    }
+    let r = spawn(&mut p, "ninth", "echo ran", "h8.example.com");
+    assert_eq!(
+        r["success"], false,
+        "a ninth list while all eight are busy: {r}"
+    );
+    let msg = r["error"].as_str().unwrap();
+    assert!(msg.contains("allowedDomains") && msg.contains('8'), "{r}");
+    // One ends: its sandbox is idle and makes room for the ninth list.
+    p.call("kill", json!({"id": "hold0", "signal": "SIGKILL"}));
+    ev.exit_of("hold0");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = spawn(&mut p, "ninth", "echo ran", "h8.example.com");
+        if r["success"] == true {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ev.exit_of("ninth")["exitCode"], 0, "{:?}", ev.seen);
+    assert_eq!(ev.text("stdout", "ninth"), "ran\n");
+    // The busy ones were left alone.
+    for i in 1..8 {
+        let r = p.call("isProcessRunning", json!({"id": format!("hold{i}")}));
+        assert_eq!(r["result"]["running"], true, "hold{i}: {r}");
+    }
+}
+
+#[test]
 fn start_vm_probes_the_api_url_and_stop_vm_ends_processes_with_exit_events() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
