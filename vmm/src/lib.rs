@@ -61,11 +61,13 @@ pub enum VmmError {
         /// What the OS said.
         error: std::io::Error,
     },
-    /// `--mem` is outside what a VM can have.
-    #[error("--mem {0} MiB is out of range (64 to 65536 MiB)")]
+    /// The memory asked for (`--mem`, cowork's `memoryMB`) is outside
+    /// what a VM can have.
+    #[error("guest memory of {0} MiB is out of range (64 to 65536 MiB)")]
     Memory(u32),
-    /// `--cpus` is outside what a VM can have.
-    #[error("--cpus {0} is out of range (1 to {1})")]
+    /// The vCPUs asked for (`--cpus`, cowork's `cpuCount`) are outside
+    /// what a VM can have.
+    #[error("{0} vCPUs is out of range (1 to {1})")]
     Vcpus(u32, u32),
     /// Guest memory could not be allocated.
     #[error("cannot allocate guest memory: {0}")]
