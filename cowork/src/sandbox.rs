@@ -78,14 +78,7 @@ impl SandboxError {
     /// The message with every cause after it (`a: b: c`), for the app,
     /// which sees only this text.
     pub fn with_causes(&self) -> String {
-        let mut text = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            text.push_str(": ");
-            text.push_str(&c.to_string());
-            cause = c.source();
-        }
-        text
+        boxdesk_platform::report::chain(self)
     }
 }
 

@@ -4,8 +4,8 @@
 //! what this machine can run (`boxdesk doctor`), how a path is resolved
 //! beneath a directory without following symlinks (the agent's PutFile and
 //! GetFile, the host side of `boxdesk cp`), the descriptor limit a
-//! server raises before it accepts, and the one mutex `lock` that outlives
-//! a panicked holder.
+//! server raises before it accepts, the one mutex `lock` that outlives
+//! a panicked holder, and an error said with its causes (`report`).
 //!
 //! It is a leaf crate: it knows nothing of the channel protocol, the VMM or
 //! the CLI. OS-specific code is cfg-gated here so the rest of the workspace
@@ -37,6 +37,7 @@ pub mod limits;
 pub mod names;
 pub mod pathcode;
 pub mod probe;
+pub mod report;
 pub mod socket;
 pub mod sync;
 

@@ -119,15 +119,7 @@ impl Cowork {
         let mut p = self.pipe(name);
         let r = p.call("startVM", json!({"bundlePath": "/nonexistent"}));
         assert_eq!(r["success"], true, "startVM: {r}\nlog:\n{}", self.log());
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let r = p.call("isGuestConnected", json!({}));
-            if r["result"]["connected"] == true {
-                break;
-            }
-            assert!(Instant::now() < deadline, "guest never connected: {r}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        p.poll("isGuestConnected", "/result/connected", json!(true));
         p
     }
 }
@@ -255,6 +247,23 @@ impl Pipe {
     pub fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.send(method, params);
         self.wait(id)
+    }
+
+    /// Calls `method` (no params) until its reply's `pointer` is `want`;
+    /// fails the test after [`WAIT`].
+    pub fn poll(&mut self, method: &str, pointer: &str, want: Value) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let r = self.call(method, json!({}));
+            if r.pointer(pointer) == Some(&want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{method}: {pointer} never became {want}: {r}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Spawns `sh -c script` as process `id` in session `name`.

@@ -100,15 +100,7 @@ fn boxdesk_stop_of_a_cowork_sandbox_ends_its_processes_and_the_next_start_vm_sta
     );
     let exit = ev.exit_of("long");
     assert_ne!(exit["exitCode"], 0, "{exit}");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let r = p.call("isRunning", json!({}));
-        if r["result"]["running"] == false {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still running: {r}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    p.poll("isRunning", "/result/running", json!(false));
     let r = p.call("isProcessRunning", json!({"id": "long"}));
     assert_eq!(r["result"]["running"], false, "{r}");
     assert!(sandboxes_of(&c, "stopped").is_empty(), "{:?}", ls(&c));

@@ -408,30 +408,27 @@ impl Muxer {
                 say(&p.stream, hybrid::REPLY_STALLED);
             }
         }
-        let late: Vec<ConnKey> = self
-            .conns
-            .values()
-            .filter(|c| c.expiry().is_some_and(|e| e <= now))
-            .map(Conn::key)
-            .collect();
-        for key in late {
+        for key in self.due(Conn::expiry, now) {
             if let Some(conn) = self.conns.get(&key) {
                 conn.refuse(Refusal::NoAnswer(key.peer_port));
             }
             self.kill(key, ConnEnd::Timeout, false);
         }
-        let stalled: Vec<ConnKey> = self
-            .conns
-            .values()
-            .filter(|c| c.stall_deadline().is_some_and(|e| e <= now))
-            .map(Conn::key)
-            .collect();
-        for key in stalled {
+        for key in self.due(Conn::stall_deadline, now) {
             if let Some(conn) = self.conns.get_mut(&key) {
                 conn.give_up_host_rest();
             }
             self.schedule(key);
         }
+    }
+
+    /// The connections whose `deadline` has come.
+    fn due(&self, deadline: impl Fn(&Conn) -> Option<Instant>, now: Instant) -> Vec<ConnKey> {
+        self.conns
+            .values()
+            .filter(|c| deadline(c).is_some_and(|d| d <= now))
+            .map(Conn::key)
+            .collect()
     }
 
     /// The earliest time [`Muxer::expire`] has work.

@@ -116,18 +116,6 @@ impl Drop for Worker {
     }
 }
 
-/// An error and its sources, `: `-separated, for the log.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(cause) = src {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        src = cause.source();
-    }
-    s
-}
-
 struct EventLoop {
     poll: Poll,
     muxer: Muxer,
@@ -175,7 +163,10 @@ impl EventLoop {
             }
             self.muxer.expire(now);
             if let Err(e) = self.process_tx(now).and_then(|()| self.process_rx(now)) {
-                tracing::warn!("vsock: {}; the device needs a reset", chain(&e));
+                tracing::warn!(
+                    "vsock: {}; the device needs a reset",
+                    boxdesk_platform::report::chain(&e)
+                );
                 self.interrupt.needs_reset();
                 return;
             }
