@@ -11,8 +11,11 @@ say() { printf '[setup] %s\n' "$*"; }
 # the aarch64 agent), file, Debian's Rust 1.96 with its std source (build
 # std for musl targets), dtc (the aarch64 FDT tests decompile our blobs),
 # busybox-static (its nc drives the cowork proxy tests inside sandboxes;
-# the x86_64 guest image takes its busybox from it too).
-pkgs=(bubblewrap qemu-user-static file rustc-web cargo-web rust-web-src device-tree-compiler busybox-static)
+# the x86_64 guest image takes its busybox from it too), xvfb, x11-apps
+# (xwd) and xdotool (the `boxdesk view` test's X server, screen dump and
+# typing; the viewer itself needs no X library).
+pkgs=(bubblewrap qemu-user-static file rustc-web cargo-web rust-web-src device-tree-compiler busybox-static
+  xvfb x11-apps xdotool)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

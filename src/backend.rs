@@ -59,6 +59,9 @@ pub enum BackendError {
     /// `--share` or `--root host` asked of a backend with no file server.
     #[error("--share and --root host are not available with the {0} backend: boxdesk's virtio-fs server runs on Linux hosts only (it needs O_PATH and /proc/self/fd); use a Linux host")]
     NoShares(Backend),
+    /// `--display` asked of a backend with no devices.
+    #[error("--display needs the {vm} backend: the {0} backend has no screen or input devices", vm = Backend::HOST_VM)]
+    NoDisplay(Backend),
 }
 
 /// The `run` flags that only some backends can honour.
@@ -70,6 +73,8 @@ pub struct Asks {
     pub boot: bool,
     /// `--share` or `--root host`: host folders inside.
     pub shares: bool,
+    /// `--display`: a screen and input devices.
+    pub display: bool,
 }
 
 impl FromStr for Backend {
@@ -123,6 +128,9 @@ impl Backend {
         }
         if self == Backend::Hvf && asks.shares {
             return Err(BackendError::NoShares(self));
+        }
+        if !self.is_vm() && asks.display {
+            return Err(BackendError::NoDisplay(self));
         }
         Ok(())
     }

@@ -68,6 +68,8 @@ pub struct VmOptions {
     pub initrd: Option<PathBuf>,
     /// `--rootfs IMG` and whether it is writable (`--rootfs-rw`).
     pub rootfs: Option<(PathBuf, bool)>,
+    /// `--display WxH`.
+    pub display: Option<(u32, u32)>,
 }
 
 /// Why the helper could not start or run its sandbox.
@@ -174,6 +176,7 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
     }
     let paths = keeper.paths();
     if let Some(v) = &opts.vm {
+        spec.display = v.display;
         if let Some((path, writable)) = &v.rootfs {
             spec.rootfs = Rootfs::Image {
                 path: path.clone(),

@@ -1,6 +1,7 @@
 //! Integration tests of the `boxdesk` binary, one binary with a module per
 //! area: `control` (the control and agent sockets), `cli` (commands, exit
-//! codes, bad input), `client` (the agent client against the real agent,
+//! codes, bad input), `display` (`screenshot` and `view` against a real
+//! screen behind the real control server; the window under Xvfb), `client` (the agent client against the real agent,
 //! `boxdesk __agent`), `namespace` (what a sandbox can and cannot see),
 //! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`), and
 //! `release` (the release assets in `dist/`).
@@ -24,6 +25,8 @@ mod client;
 mod control;
 #[cfg(target_os = "linux")]
 mod cowork;
+#[cfg(target_os = "linux")]
+mod display;
 #[cfg(target_os = "linux")]
 mod namespace;
 #[cfg(target_os = "linux")]

@@ -6,7 +6,9 @@
 //! * [`bus`] — the address → device map a vCPU's MMIO/PIO exit goes to;
 //! * [`virtio`] — the virtio-mmio (v2) transport and the [`virtio::VirtioDevice`]
 //!   contract; [`vsock`] (virtio-vsock with the hybrid Unix-socket muxer)
-//!   [`blk`] (virtio-blk over a raw file) and `fs` (virtio-fs: a host
+//!   [`blk`] (virtio-blk over a raw file), [`gpu`] (virtio-gpu, 2D, one
+//!   scanout presenting into a sandbox's screen), [`input`] (virtio-input: a
+//!   keyboard and a tablet fed by the host) and `fs` (virtio-fs: a host
 //!   directory served in-process, Linux hosts) implement it;
 //! * [`serial`] — the 8250 UART (`vm-superio`), x86_64's console;
 //!   [`i8042`] — the reset line;
@@ -26,7 +28,9 @@ pub mod bus;
 pub mod console;
 #[cfg(target_os = "linux")]
 pub mod fs;
+pub mod gpu;
 pub mod i8042;
+pub mod input;
 pub mod irq;
 pub mod pl011;
 pub mod pl031;

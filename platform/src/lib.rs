@@ -38,6 +38,7 @@ pub mod names;
 pub mod pathcode;
 pub mod probe;
 pub mod report;
+pub mod screen;
 pub mod socket;
 pub mod sync;
 

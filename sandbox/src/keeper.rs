@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use boxdesk_platform::screen::{InputSink, Screen};
 use boxdesk_platform::sync::lock;
 use boxdesk_platform::{dirs, socket, DirError, NameError, SandboxPaths, SocketError};
 
@@ -353,5 +354,13 @@ impl Controlled for Keeper {
         if self.end(End::Stop) {
             (self.on_stop)();
         }
+    }
+
+    fn screen(&self) -> Option<Arc<Screen>> {
+        self.sandbox.get()?.screen()
+    }
+
+    fn input(&self) -> Option<Arc<dyn InputSink>> {
+        self.sandbox.get()?.input()
     }
 }

@@ -23,7 +23,10 @@
 //! know which backend it holds.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use boxdesk_platform::screen::{InputSink, Screen};
 
 use crate::state::StateDir;
 use crate::{DEFAULT_PIDS, DEFAULT_TMP_BYTES};
@@ -167,6 +170,9 @@ pub struct SandboxSpec {
     /// relay any port at any time (namespace) ignores it; one that must
     /// set its relays up at start (a VM's agent) relays only these.
     pub relays: Vec<u16>,
+    /// A display of this width and height (a virtio-gpu scanout, keyboard
+    /// and tablet), where the backend has one; `None`: no display.
+    pub display: Option<(u32, u32)>,
 }
 
 impl SandboxSpec {
@@ -183,6 +189,7 @@ impl SandboxSpec {
             cwd: "/".into(),
             rootfs: Rootfs::Default,
             relays: Vec::new(),
+            display: None,
         }
     }
 
@@ -329,6 +336,16 @@ pub trait Sandbox: Send + Sync {
     /// backend counts them (a namespace sandbox whose limits a cgroup
     /// enforces).
     fn oom_kills(&self) -> Option<u64> {
+        None
+    }
+
+    /// Its screen, where it has a display (a VM started with one).
+    fn screen(&self) -> Option<Arc<Screen>> {
+        None
+    }
+
+    /// Where its keyboard and pointer events go, where it has a display.
+    fn input(&self) -> Option<Arc<dyn InputSink>> {
         None
     }
 

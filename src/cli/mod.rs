@@ -13,8 +13,10 @@ mod doctor;
 mod exec;
 mod ls;
 mod run;
+mod screenshot;
 mod signals;
 mod tty;
+mod view;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -78,6 +80,24 @@ enum Cmd {
     },
     /// Print a sandbox's `info` lines.
     Info {
+        /// The sandbox.
+        name: String,
+    },
+    /// Save a sandbox's display (`run --display`) as an 8-bit RGB PNG:
+    /// its newest frame. Takes the display's lease, so an open `view`
+    /// window closes.
+    Screenshot {
+        /// The sandbox.
+        name: String,
+        /// The PNG to write (`-`: standard output).
+        out: PathBuf,
+        /// Fail when the sandbox has drawn no frame within SECS seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        timeout: f64,
+    },
+    /// Open a window showing a sandbox's display (`run --display`) live;
+    /// keyboard and mouse in it go to the sandbox.
+    View {
         /// The sandbox.
         name: String,
     },
@@ -176,6 +196,10 @@ struct RunArgs {
     /// read-only (kvm: over virtio-fs; the namespace backend's default).
     #[arg(long, value_name = "host", value_parser = ["host"], conflicts_with = "rootfs")]
     root: Option<String>,
+    /// kvm/hvf: give the VM a display of WxH (virtio-gpu, keyboard, tablet):
+    /// `boxdesk view` and `boxdesk screenshot` show it.
+    #[arg(long, value_name = "WxH", num_args = 0..=1, default_missing_value = "1280x800", value_parser = parse_display)]
+    display: Option<(u32, u32)>,
     #[command(flatten)]
     exec: ExecOpts,
     /// The command and its arguments (after `--`).
@@ -238,6 +262,8 @@ struct VmmArgs {
     share: Vec<String>,
     #[arg(long)]
     root_host: bool,
+    #[arg(long, value_parser = parse_display)]
+    display: Option<(u32, u32)>,
     /// A descriptor to write one byte to once ready.
     #[arg(long)]
     ready_fd: Option<i32>,
@@ -264,6 +290,7 @@ fn run_args(a: RunArgs) -> anyhow::Result<i32> {
             initrd: a.initrd,
             rootfs: a.rootfs,
             rootfs_rw: a.rootfs_rw,
+            display: a.display,
         },
         shares: boxdesk_sandbox::share_arg::parse_all(
             &a.share,
@@ -273,6 +300,22 @@ fn run_args(a: RunArgs) -> anyhow::Result<i32> {
         exec: a.exec,
         command: a.command,
     })
+}
+
+/// `1280x800`: a display's width and height, each within what a screen
+/// may have.
+fn parse_display(s: &str) -> Result<(u32, u32), String> {
+    use boxdesk_platform::screen::{MAX_SIDE, MIN_SIDE};
+    let bad = || format!("{s:?} is not a display size (e.g. 1280x800)");
+    let (w, h) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+    let (w, h): (u32, u32) = (w.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?);
+    let ok = |v: u32| (MIN_SIDE..=MAX_SIDE).contains(&v);
+    if !ok(w) || !ok(h) {
+        return Err(format!(
+            "{s:?}: each side must be {MIN_SIDE} to {MAX_SIDE} pixels"
+        ));
+    }
+    Ok((w, h))
 }
 
 /// `256M`, `1G`, `512k`, `4096`: a size in bytes (K, M, G are powers of
@@ -340,6 +383,8 @@ pub fn main() -> i32 {
         Cmd::Ls { json } => ls::ls(json),
         Cmd::Stop { name } => ls::stop(&name),
         Cmd::Info { name } => ls::info(&name),
+        Cmd::Screenshot { name, out, timeout } => screenshot::screenshot(&name, &out, timeout),
+        Cmd::View { name } => view::view(&name),
         Cmd::Doctor => doctor::doctor(),
         Cmd::Bench(BenchCmd::Boot(a)) => bench::boot(a),
         Cmd::Vmm(a) => vmm(a),
@@ -466,6 +511,7 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
             kernel: a.kernel,
             initrd: a.initrd,
             rootfs: a.rootfs.map(|r| (r, a.rootfs_rw)),
+            display: a.display,
         }),
     };
     match helper::run(opts) {

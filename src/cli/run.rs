@@ -56,6 +56,8 @@ pub struct VmFlags {
     pub initrd: Option<std::path::PathBuf>,
     pub rootfs: Option<std::path::PathBuf>,
     pub rootfs_rw: bool,
+    /// `--display WxH`.
+    pub display: Option<(u32, u32)>,
 }
 
 /// `boxdesk run`.
@@ -65,6 +67,7 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
         net: req.net,
         boot: req.vm.kernel.is_some() || req.vm.initrd.is_some() || req.vm.rootfs.is_some(),
         shares: !req.shares.is_empty() || req.root_host,
+        display: req.vm.display.is_some(),
     })?;
     let runtime = boxdesk_platform::dirs::runtime_dir()?;
     let generated = req.name.is_none();
@@ -214,6 +217,9 @@ impl Helper {
         }
         if req.root_host {
             cmd.arg("--root-host");
+        }
+        if let Some((w, h)) = req.vm.display {
+            cmd.arg("--display").arg(format!("{w}x{h}"));
         }
         let mut log_start = None;
         let write_raw = write.as_raw_fd();

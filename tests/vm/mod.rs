@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, TestEnv};
 
+mod display;
 mod fs;
 
 /// Whether a VM can boot here; prints the skip line when not.
@@ -99,6 +100,19 @@ fn net_and_vm_only_flags_are_refused_where_they_cannot_apply() {
     ]);
     assert_eq!(out.code(), 125, "{out}");
     assert!(out.stderr.contains("need the kvm backend"), "{out}");
+    // A display needs a VM; a size out of range is refused by the parser.
+    let out = env.run(["run", "--backend", "namespace", "--display", "--", "true"]);
+    assert_eq!(out.code(), 125, "{out}");
+    assert!(
+        out.stderr
+            .contains("--display needs the kvm backend: the namespace backend has no screen"),
+        "{out}"
+    );
+    for bad in ["0x0", "99999x10", "wide", "640x"] {
+        let out = env.run(["run", "--display", bad, "--", "true"]);
+        assert_ne!(out.code(), 0, "{bad}: {out}");
+        assert!(out.stderr.contains("display"), "{bad}: {out}");
+    }
 }
 
 #[test]
@@ -123,7 +137,14 @@ fn a_detached_vm_serves_exec_cp_ls_and_stops_cleanly() {
     assert_eq!(info["backend"], "kvm");
     assert_eq!(info["isolation"], "vm");
     assert_eq!(info["channel"], "vsock");
+    assert_eq!(info["display"], "none");
     assert!(info["boot_ms"].parse::<u64>().unwrap() > 0, "{info:?}");
+    // No display: both streams are refused, and the connection stays.
+    let mut c = env.control("vm1");
+    std::io::Write::write_all(&mut c, b"display\ninput\ninfo\n").unwrap();
+    assert_eq!(crate::support::read_reply(&mut c), "err no display\n");
+    assert_eq!(crate::support::read_reply(&mut c), "err no display\n");
+    assert!(crate::support::read_reply(&mut c).starts_with("ok\n"));
     assert_eq!(sb.sh("echo out; echo err >&2; exit 3").code(), 3);
     let mut cmd = env.cmd(["exec", "vm1", "--", "cat"]);
     cmd.stdin(std::process::Stdio::piped());

@@ -7,7 +7,7 @@
 //! policy: the helper does.
 //!
 //! Threads: one per vCPU (a vCPU is bound to the thread that created it,
-//! [`vcpu`]), the devices' own (vsock's event thread, virtio-fs's
+//! [`vcpu`]), the devices' own (vsock's event thread, virtio-gpu's, virtio-fs's
 //! workers) and, on KVM, the thread that turns queue kicks (ioeventfds)
 //! into notifications (`notify`). A stop kicks every
 //! vCPU, whose `run` then returns `Cancelled`.
@@ -34,9 +34,12 @@ use std::time::Duration;
 use arch::host;
 use boxdesk_devices::bus::Bus;
 use boxdesk_devices::console::SharedConsole;
+use boxdesk_devices::gpu::Gpu;
+use boxdesk_devices::input::{Input, Inputs};
 use boxdesk_devices::virtio::mmio::MmioTransport;
 use boxdesk_devices::virtio::{Memory, VirtioDevice};
 use boxdesk_hv::{DefaultHypervisor, Hypervisor, MapFlags, Vm as _};
+use boxdesk_platform::screen::Screen;
 use vm_memory::{GuestAddress, GuestRegionMmap, MmapRegion};
 
 /// The host's hypervisor VM type (KVM on Linux, HVF on macOS).
@@ -115,6 +118,9 @@ pub struct VmSpec {
     /// the same number (`boxdesk.relay=`), where the muxer hands each
     /// connection to `<vsock_uds>_<port>`.
     pub relays: Vec<u16>,
+    /// A display of this width and height: virtio-gpu presenting into a
+    /// [`Screen`], a virtio-input keyboard and tablet.
+    pub display: Option<(u32, u32)>,
 }
 
 impl std::fmt::Debug for VmSpec {
@@ -128,6 +134,7 @@ impl std::fmt::Debug for VmSpec {
             .field("rootfs", &self.rootfs)
             .field("mounts", &self.mounts)
             .field("relays", &self.relays)
+            .field("display", &self.display)
             .finish_non_exhaustive()
     }
 }
@@ -188,10 +195,20 @@ impl Ending {
     }
 }
 
+/// A VM's screen and where its input goes.
+#[derive(Clone)]
+pub struct Display {
+    /// The frame slots the guest presents into.
+    pub screen: Arc<Screen>,
+    /// Its keyboard and tablet.
+    pub input: Arc<Inputs>,
+}
+
 /// A started VM.
 pub struct RunningVm {
     ending: Arc<Ending>,
     console: SharedConsole,
+    display: Option<Display>,
     // Held for the VM's life: memory, the VM and the devices.
     _mem: Memory,
     _vm: Arc<HvVm>,
@@ -261,6 +278,26 @@ fn fs_devices(
     }
 }
 
+/// The display's devices, after the others: virtio-gpu, then the
+/// keyboard and the tablet.
+fn display_devices(
+    width: u32,
+    height: u32,
+    virtio: &mut Vec<Box<dyn VirtioDevice>>,
+) -> Result<Display, VmmError> {
+    let screen = Arc::new(Screen::new(width, height).map_err(dev("virtio-gpu"))?);
+    let keyboard = Input::keyboard();
+    let pointer = Input::tablet(width, height);
+    let input = Arc::new(Inputs {
+        keyboard: keyboard.handle(),
+        pointer: pointer.handle(),
+    });
+    virtio.push(Box::new(Gpu::new(screen.clone())));
+    virtio.push(Box::new(keyboard));
+    virtio.push(Box::new(pointer));
+    Ok(Display { screen, input })
+}
+
 impl RunningVm {
     /// Builds and starts the VM of `spec`: every error about files, sizes
     /// and images comes before any vCPU runs.
@@ -324,6 +361,10 @@ impl RunningVm {
             virtio.push(Box::new(blk));
         }
         fs_devices(&spec.mounts, &mut virtio)?;
+        let display = match spec.display {
+            Some((w, h)) => Some(display_devices(w, h, &mut virtio)?),
+            None => None,
+        };
         let mut slots = Vec::new();
         let mut devices = Vec::new();
         for (i, d) in virtio.into_iter().enumerate() {
@@ -348,9 +389,14 @@ impl RunningVm {
         // the guest learns at once (a dead VM's muxer must not keep its
         // connections open while its owner still holds the VM).
         let stopped = devices.clone();
+        let screen = display.as_ref().map(|d| d.screen.clone());
         ending.on_stop(Box::new(move || {
             for t in &stopped {
                 lock(t).stop();
+            }
+            // Its leaseholders learn the VM is gone (`end stopped`).
+            if let Some(s) = &screen {
+                s.stop();
             }
         }));
         #[cfg(target_os = "linux")]
@@ -376,6 +422,7 @@ impl RunningVm {
         let vm = RunningVm {
             ending,
             console,
+            display,
             _mem: mem,
             _vm: vm,
             _devices: devices,
@@ -435,6 +482,11 @@ impl RunningVm {
     /// already.
     pub fn kill(&self) {
         self.ending.set(VmEnd::Killed);
+    }
+
+    /// Its screen and input devices, when it has a display.
+    pub fn display(&self) -> Option<&Display> {
+        self.display.as_ref()
     }
 
     /// The serial console's last output.

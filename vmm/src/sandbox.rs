@@ -19,6 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use boxdesk_channel::{Frame, Session, AGENT_PORT};
+use boxdesk_platform::screen::{InputSink, Screen};
 use boxdesk_platform::socket::{self, SocketError, Staleness};
 use boxdesk_sandbox::keeper::{Keeper, Starter};
 use boxdesk_sandbox::running::{
@@ -159,6 +160,7 @@ impl VmSandbox {
             rootfs: disk,
             mounts,
             relays: spec.relays.clone(),
+            display: spec.display,
         });
         let vm = match vm {
             Ok(vm) => vm,
@@ -227,6 +229,17 @@ impl VmSandbox {
                 }
             }
         })
+    }
+}
+
+/// `info`'s `display`: `WxH` (the largest mode) or `none`.
+fn display_word(display: Option<&crate::Display>) -> String {
+    match display {
+        Some(d) => {
+            let (w, h) = d.screen.max_size();
+            format!("{w}x{h}")
+        }
+        None => "none".to_owned(),
     }
 }
 
@@ -350,6 +363,14 @@ impl Sandbox for VmSandbox {
         Some(self.oom_kills.load(Ordering::SeqCst))
     }
 
+    fn screen(&self) -> Option<Arc<Screen>> {
+        Some(self.vm.display()?.screen.clone())
+    }
+
+    fn input(&self) -> Option<Arc<dyn InputSink>> {
+        Some(self.vm.display()?.input.clone())
+    }
+
     fn info(&self) -> Info {
         Info {
             backend: if cfg!(target_os = "macos") {
@@ -366,7 +387,11 @@ impl Sandbox for VmSandbox {
                 ("vcpus", self.vcpus.to_string()),
                 ("mem_mib", self.mem_mib.to_string()),
                 ("shares", self.shares.clone()),
-            ],
+                ("display", display_word(self.vm.display())),
+            ]
+            .into_iter()
+            .chain((self.vm.display()).map(|d| ("presents", d.screen.presents().to_string())))
+            .collect(),
         }
     }
 

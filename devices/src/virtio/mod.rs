@@ -7,6 +7,7 @@
 //! [`Interrupt::needs_reset`] and stops using its queues: the driver sees
 //! `DEVICE_NEEDS_RESET` and a config-change interrupt.
 
+pub mod fuzz_ring;
 pub mod mmio;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -6,8 +6,12 @@
 //! helper's (`boxdesk __vmm`, in the `boxdesk` binary).
 
 pub mod client;
+pub mod display;
+pub mod input;
 pub mod protocol;
 pub mod server;
+#[doc(hidden)]
+pub mod testing;
 
 pub use client::{ClientError, ControlClient};
 pub use server::Controlled;

@@ -10,6 +10,10 @@
 
 use std::fmt::Write as _;
 
+use boxdesk_platform::screen::{
+    InputDevice, InputEvent, Layout, Record, Rect, BYTES_PER_PIXEL, EV_ABS, EV_KEY, EV_REL, FORMAT,
+};
+
 /// Longest request line, including its `\n`.
 pub const LINE_MAX: usize = 4096;
 /// Longest reply, in bytes.
@@ -250,6 +254,164 @@ pub fn parse_info_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<(St
         .collect()
 }
 
+/// Parses one line of an `input` stream: `kbd|ptr TYPE CODE VALUE`, where
+/// TYPE is `key`, `rel`, `abs` or a decimal event type, CODE a decimal
+/// code and VALUE a decimal (signed) value. The error is the text of the
+/// `err` reply, peer words escaped.
+pub fn parse_input(line: &[u8]) -> Result<InputEvent, String> {
+    const SHAPE: &str = "expected `kbd|ptr TYPE CODE VALUE`";
+    let words: Vec<&[u8]> = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .take(5)
+        .collect();
+    let [device, kind, code, value] = words[..] else {
+        return Err(format!("bad input line: {SHAPE}"));
+    };
+    let device = match device {
+        b"kbd" => InputDevice::Keyboard,
+        b"ptr" => InputDevice::Pointer,
+        other => {
+            return Err(format!(
+                "unknown input device {}: {SHAPE}",
+                escape_word(other)
+            ))
+        }
+    };
+    let number = |what: &str, w: &[u8]| -> Result<i64, String> {
+        std::str::from_utf8(w)
+            .ok()
+            .filter(|s| s.len() <= 11)
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or_else(|| format!("bad {what} {}: {SHAPE}", escape_word(w)))
+    };
+    let kind = match kind {
+        b"key" => EV_KEY,
+        b"rel" => EV_REL,
+        b"abs" => EV_ABS,
+        other => u16::try_from(number("type", other)?)
+            .map_err(|_| format!("bad type {}: {SHAPE}", escape_word(other)))?,
+    };
+    let code = u16::try_from(number("code", code)?)
+        .map_err(|_| format!("bad code {}: {SHAPE}", escape_word(code)))?;
+    let value = i32::try_from(number("value", value)?)
+        .map_err(|_| format!("bad value {}: {SHAPE}", escape_word(value)))?;
+    Ok(InputEvent {
+        device,
+        kind,
+        code,
+        value,
+    })
+}
+
+/// Parses the text after `ok ` of a `display` reply (what
+/// [`Layout`]'s `Display` writes): `width W height H stride S format F
+/// slots N slot_size B`, in any order, unknown keys ignored. `None` when a
+/// key is missing or repeated, a number does not parse, the format is not
+/// [`FORMAT`], or the numbers do not describe slots that hold the mode.
+pub fn parse_layout(text: &str) -> Option<Layout> {
+    let words: Vec<&str> = text.split_ascii_whitespace().take(64).collect();
+    if words.len() % 2 != 0 {
+        return None;
+    }
+    let (mut width, mut height, mut stride, mut slots, mut slot_size, mut format) =
+        (None, None, None, None, None, None);
+    for pair in words.chunks_exact(2) {
+        let [key, value] = [pair[0], pair[1]];
+        let slot = match key {
+            "width" => &mut width,
+            "height" => &mut height,
+            "stride" => &mut stride,
+            "slots" => &mut slots,
+            "slot_size" => &mut slot_size,
+            "format" => {
+                if format.replace(value).is_some() {
+                    return None;
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        if slot.replace(decimal(value)?).is_some() {
+            return None;
+        }
+    }
+    let layout = Layout {
+        width: u32::try_from(width?).ok()?,
+        height: u32::try_from(height?).ok()?,
+        stride: u32::try_from(stride?).ok()?,
+        slots: u32::try_from(slots?).ok()?,
+        slot_size: slot_size?,
+    };
+    (format? == FORMAT && holds(&layout, layout.width, layout.height) && layout.slots > 0)
+        .then_some(layout)
+}
+
+/// Whether a mode of `width` x `height` fits `layout`'s slots: at least
+/// one pixel each way, rows within the stride, every row within a slot.
+pub fn holds(layout: &Layout, width: u32, height: u32) -> bool {
+    let row = u64::from(width) * u64::from(BYTES_PER_PIXEL);
+    width > 0
+        && height > 0
+        && row <= u64::from(layout.stride)
+        && u64::from(layout.stride) * u64::from(height) <= layout.slot_size
+}
+
+/// Parses one record line of a `display` stream (without its `\n`):
+/// `present SLOT SEQ X Y W H`, `mode W H` or `end WHY`. An `end` with a
+/// reason this side does not know is `end unknown`. `None` for anything
+/// else; whether the numbers fit the lease is the caller's to check.
+pub fn parse_record(line: &str) -> Option<Record> {
+    let words: Vec<&str> = line.split_ascii_whitespace().take(8).collect();
+    let n = |i: usize| words.get(i).copied().and_then(decimal);
+    let n32 = |i: usize| n(i).and_then(|v| u32::try_from(v).ok());
+    match words.as_slice() {
+        ["present", _, _, _, _, _, _] => Some(Record::Present {
+            slot: n32(1)?,
+            seq: n(2)?,
+            rect: Rect {
+                x: n32(3)?,
+                y: n32(4)?,
+                w: n32(5)?,
+                h: n32(6)?,
+            },
+        }),
+        ["mode", _, _] => Some(Record::Mode {
+            width: n32(1)?,
+            height: n32(2)?,
+        }),
+        ["end", why] => Some(Record::End(match *why {
+            "replaced" => "replaced",
+            "stopped" => "stopped",
+            _ => "unknown",
+        })),
+        _ => None,
+    }
+}
+
+/// A plain decimal (digits only, at most 20 of them) that fits a `u64`.
+fn decimal(word: &str) -> Option<u64> {
+    if word.is_empty() || word.len() > 20 || !word.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    word.parse().ok()
+}
+
+/// One line of an `input` stream, as [`parse_input`] reads it back.
+pub fn input_line(event: &InputEvent) -> String {
+    let device = match event.device {
+        InputDevice::Keyboard => "kbd",
+        InputDevice::Pointer => "ptr",
+    };
+    let kind = match event.kind {
+        EV_KEY => "key".to_owned(),
+        EV_REL => "rel".to_owned(),
+        EV_ABS => "abs".to_owned(),
+        other => other.to_string(),
+    };
+    format!("{device} {kind} {} {}\n", event.code, event.value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,5 +530,156 @@ mod tests {
             Reply::Err("no display".into())
         );
         assert!(matches!(parse_status_line("hello"), Reply::Err(m) if m.contains("malformed")));
+    }
+
+    #[test]
+    fn input_lines_parse_by_name_or_number_and_bad_ones_say_what_is_expected() {
+        let ev = |device, kind, code, value| InputEvent {
+            device,
+            kind,
+            code,
+            value,
+        };
+        assert_eq!(
+            parse_input(b"kbd key 30 1"),
+            Ok(ev(InputDevice::Keyboard, EV_KEY, 30, 1))
+        );
+        assert_eq!(
+            parse_input(b" ptr  3 0 -5\r"),
+            Ok(ev(InputDevice::Pointer, EV_ABS, 0, -5))
+        );
+        assert_eq!(
+            parse_input(b"ptr rel 8 2147483647"),
+            Ok(ev(InputDevice::Pointer, EV_REL, 8, i32::MAX))
+        );
+        for bad in [
+            &b"kbd key 30"[..],
+            b"kbd key 30 1 extra",
+            b"mouse key 30 1",
+            b"kbd wheel 30 1",
+            b"kbd key 65536 1",
+            b"kbd key -1 1",
+            b"kbd key 30 2147483648",
+            b"kbd key 30 99999999999999999999",
+            b"kbd key 0x1e 1",
+            b"",
+        ] {
+            let e = parse_input(bad).unwrap_err();
+            assert!(e.contains("kbd|ptr TYPE CODE VALUE"), "{e}");
+        }
+        assert_eq!(
+            parse_input(b"\x1b[31m key 1 1").unwrap_err(),
+            "unknown input device \\x1b[31m: expected `kbd|ptr TYPE CODE VALUE`"
+        );
+    }
+
+    #[test]
+    fn a_display_reply_parses_back_into_the_layout_the_helper_wrote() {
+        let layout = Layout {
+            width: 64,
+            height: 32,
+            stride: 256,
+            slots: 3,
+            slot_size: 8192,
+        };
+        assert_eq!(parse_layout(&layout.to_string()), Some(layout));
+        let reordered =
+            "slots 3 format XRGB8888 slot_size 8192 height 32 stride 256 width 64 hz 60";
+        assert_eq!(parse_layout(reordered), Some(layout));
+    }
+
+    #[test]
+    fn a_layout_that_is_incomplete_inconsistent_or_not_xrgb8888_is_refused() {
+        for bad in [
+            "",
+            "width 64 height 32 stride 256 format XRGB8888 slots 3",
+            "width 64 height 32 stride 256 format XRGB8888 slots 3 slot_size",
+            "width 64 height 32 stride 256 format RGB565 slots 3 slot_size 8192",
+            "width 65 height 32 stride 256 format XRGB8888 slots 3 slot_size 8192",
+            "width 64 height 33 stride 256 format XRGB8888 slots 3 slot_size 8192",
+            "width 64 height 32 stride 256 format XRGB8888 slots 0 slot_size 8192",
+            "width 0 height 32 stride 256 format XRGB8888 slots 3 slot_size 8192",
+            "width -64 height 32 stride 256 format XRGB8888 slots 3 slot_size 8192",
+            "width 4294967296 height 32 stride 256 format XRGB8888 slots 3 slot_size 8192",
+            "width 64 width 64 height 32 stride 256 format XRGB8888 slots 3 slot_size 8192",
+            "width 64 height 32 stride 256 format XRGB8888 slots 3 slot_size 99999999999999999999999",
+        ] {
+            assert_eq!(parse_layout(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_record_the_helper_writes_parses_back_to_itself() {
+        for record in [
+            Record::Present {
+                slot: 2,
+                seq: u64::MAX,
+                rect: Rect {
+                    x: 1,
+                    y: 2,
+                    w: 3,
+                    h: 4,
+                },
+            },
+            Record::Mode {
+                width: 800,
+                height: 600,
+            },
+            Record::End("replaced"),
+            Record::End("stopped"),
+        ] {
+            assert_eq!(parse_record(&record.to_string()), Some(record));
+        }
+        assert_eq!(parse_record("end reboot"), Some(Record::End("unknown")));
+    }
+
+    #[test]
+    fn a_malformed_record_line_is_none_never_a_panic() {
+        for bad in [
+            "",
+            "present",
+            "present 1 2 3 4 5",
+            "present 1 2 3 4 5 6 7",
+            "present 1 2 3 4 5 -6",
+            "present 4294967296 1 0 0 1 1",
+            "present 1 18446744073709551616 0 0 1 1",
+            "present +1 1 0 0 1 1",
+            "mode 1",
+            "mode x y",
+            "end",
+            "end a b",
+            "frame 1 2",
+            "\u{202e}mode 1 1",
+        ] {
+            assert_eq!(parse_record(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_input_line_parses_back_to_the_event_it_was_made_from() {
+        for event in [
+            InputEvent {
+                device: InputDevice::Keyboard,
+                kind: EV_KEY,
+                code: 30,
+                value: 1,
+            },
+            InputEvent {
+                device: InputDevice::Pointer,
+                kind: EV_REL,
+                code: 8,
+                value: -1,
+            },
+            InputEvent {
+                device: InputDevice::Pointer,
+                kind: 5,
+                code: 0,
+                value: i32::MIN,
+            },
+        ] {
+            let line = input_line(&event);
+            assert!(line.ends_with('\n'), "{line}");
+            assert_eq!(parse_input(line.trim_end().as_bytes()), Ok(event));
+        }
     }
 }

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 
 use boxdesk_platform::socket::ensure_same_uid;
 
+use boxdesk_platform::screen::{InputSink, Screen};
+
+use super::input::InputStream;
 use super::protocol::{self, LineBuffer, Request, LINE_MAX};
 use crate::conn::lobby::{self, Admitted, Rules};
 use crate::conn::{Admission, MAX_CONNECTIONS, STALL_TIMEOUT};
@@ -69,6 +72,14 @@ pub trait Controlled: Send + Sync + 'static {
     /// Starts tearing the sandbox down. Called after `ok` was written; may
     /// not return (the helper exits once torn down).
     fn stop(&self);
+    /// Its screen, when it has a display (`display` leases it).
+    fn screen(&self) -> Option<Arc<Screen>> {
+        None
+    }
+    /// Where its input events go, when it has a display (`input`).
+    fn input(&self) -> Option<Arc<dyn InputSink>> {
+        None
+    }
 }
 
 /// Accepts connections forever: each, once its first line is in, on a
@@ -133,13 +144,24 @@ fn converse(mut stream: UnixStream, first: &[u8], sandbox: &dyn Controlled) {
     // When the line being read began; the read timeout last set.
     let mut began: Option<Instant> = None;
     let mut timeout: Option<Duration> = None;
+    // After `input`, every line is an event (released at the end).
+    let mut input: Option<InputStream> = None;
     loop {
         loop {
             match lines.next_line() {
                 Ok(Some(line)) => {
                     began = None;
+                    if let Some(events) = &mut input {
+                        if let Some(err) = events.line(&line) {
+                            if stream.write_all(err.as_bytes()).is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
                     match answer(&mut stream, &line, sandbox) {
                         Step::Continue => {}
+                        Step::Input(sink) => input = Some(InputStream::new(sink)),
                         Step::Close => return,
                     }
                 }
@@ -214,6 +236,8 @@ fn close_with(stream: impl Into<Option<UnixStream>>, reply: &str) {
 
 enum Step {
     Continue,
+    /// `input` was accepted: the lines after it are events.
+    Input(Arc<dyn InputSink>),
     Close,
 }
 
@@ -233,7 +257,22 @@ fn answer(stream: &mut UnixStream, line: &[u8], sandbox: &dyn Controlled) -> Ste
             sandbox.stop();
             return Step::Close;
         }
-        Request::Display | Request::Input => protocol::NO_DISPLAY.to_owned(),
+        Request::Display => match sandbox.screen() {
+            Some(screen) => {
+                super::display::serve(stream, &screen);
+                return Step::Close;
+            }
+            None => protocol::NO_DISPLAY.to_owned(),
+        },
+        Request::Input => match sandbox.input() {
+            Some(sink) => {
+                return match stream.write_all(protocol::OK.as_bytes()) {
+                    Ok(()) => Step::Input(sink),
+                    Err(_) => Step::Close,
+                };
+            }
+            None => protocol::NO_DISPLAY.to_owned(),
+        },
         Request::Empty => protocol::empty_reply(),
         Request::Unknown(word) => protocol::unknown_reply(&word),
     };
@@ -245,7 +284,9 @@ fn answer(stream: &mut UnixStream, line: &[u8], sandbox: &dyn Controlled) -> Ste
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::Desk;
     use super::*;
+    use boxdesk_platform::screen::{InputDevice, Rect};
     use std::io::BufRead;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -260,6 +301,43 @@ mod tests {
         fn stop(&self) {
             self.stops.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    fn desk() -> Arc<Desk> {
+        Desk::new(Some(Screen::new(64, 32).unwrap()))
+    }
+
+    fn serve_desk(desk: &Arc<Desk>) -> (UnixStream, std::thread::JoinHandle<()>) {
+        let (client, server) = UnixStream::pair().unwrap();
+        let d = Arc::clone(desk);
+        (client, std::thread::spawn(move || handle(server, &*d)))
+    }
+
+    /// Sends `display` and reads the reply line with its descriptor.
+    fn lease(c: &UnixStream) -> (String, std::os::fd::OwnedFd) {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned};
+        use std::os::fd::FromRawFd;
+        (&*c).write_all(b"display\n").unwrap();
+        let mut buf = [0u8; 256];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<()>(
+            std::os::fd::AsRawFd::as_raw_fd(c),
+            &mut iov,
+            Some(&mut space),
+            nix::sys::socket::MsgFlags::empty(),
+        )
+        .unwrap();
+        let mut fd = None;
+        for cmsg in msg.cmsgs().unwrap() {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                // SAFETY: a descriptor the kernel just gave this process.
+                fd = Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[0]) });
+            }
+        }
+        let n = msg.bytes;
+        let line = String::from_utf8(buf[..n].to_vec()).unwrap();
+        (line, fd.expect("the reply carries a descriptor"))
     }
 
     fn pair() -> (UnixStream, std::thread::JoinHandle<Arc<Fake>>) {
@@ -348,5 +426,106 @@ mod tests {
         c.write_all(b"info\ninfo\ninfo\n").unwrap();
         drop(c);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn display_leases_the_frame_slots_and_streams_a_record_per_present() {
+        let d = desk();
+        let (c, t) = serve_desk(&d);
+        let (line, fd) = lease(&c);
+        assert_eq!(
+            line,
+            "ok width 64 height 32 stride 256 format XRGB8888 slots 3 slot_size 8192\n"
+        );
+        let pattern: Vec<u8> = (0..64 * 32 * 4).map(|i| (i * 7 % 251) as u8).collect();
+        d.screen()
+            .present(&pattern, 256, 64, 32, Rect::whole(64, 32));
+        let mut r = io::BufReader::new(c.try_clone().unwrap());
+        assert_eq!(read_line(&mut r), "present 1 1 0 0 64 32\n");
+        let mut slots = Vec::new();
+        std::fs::File::from(fd).read_to_end(&mut slots).unwrap();
+        assert_eq!(&slots[8192..16384], &pattern[..]);
+        c.shutdown(Shutdown::Both).unwrap();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_second_lease_ends_the_first_with_end_replaced() {
+        let d = desk();
+        let (c1, t1) = serve_desk(&d);
+        let _ = lease(&c1);
+        let (c2, t2) = serve_desk(&d);
+        let _ = lease(&c2);
+        let mut rest = String::new();
+        (&c1).read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "end replaced\n");
+        t1.join().unwrap();
+        drop(c2);
+        t2.join().unwrap();
+    }
+
+    #[test]
+    fn a_holder_that_never_reads_blocks_neither_presents_nor_other_requests() {
+        let d = desk();
+        let (c, t) = serve_desk(&d);
+        let _ = lease(&c);
+        let frame = vec![5u8; 64 * 32 * 4];
+        let start = Instant::now();
+        for i in 0..10_000u32 {
+            d.screen().present(
+                &frame,
+                256,
+                64,
+                32,
+                Rect {
+                    x: i % 64,
+                    y: 0,
+                    w: 1,
+                    h: 1,
+                },
+            );
+        }
+        assert!(start.elapsed() < Duration::from_secs(10));
+        let (mut other, t2) = serve_desk(&d);
+        other.write_all(b"info\n").unwrap();
+        other.shutdown(Shutdown::Write).unwrap();
+        let mut all = String::new();
+        other.read_to_string(&mut all).unwrap();
+        assert_eq!(all, "ok\nproto 1\n\n");
+        t2.join().unwrap();
+        drop(c);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn input_sends_each_line_answers_bad_ones_and_releases_what_is_down_at_close() {
+        let d = desk();
+        let (mut c, t) = serve_desk(&d);
+        c.write_all(b"input\nkbd key 30 1\nnonsense\nkbd key 300 1\nptr abs 0 17\n")
+            .unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut all = String::new();
+        c.read_to_string(&mut all).unwrap();
+        let lines: Vec<&str> = all.lines().collect();
+        assert_eq!(lines.len(), 3, "{all}");
+        assert_eq!(lines[0], "ok");
+        assert!(lines[1].starts_with("err bad input line"), "{all}");
+        assert_eq!(lines[2], "err kbd does not report type 1 code 300");
+        t.join().unwrap();
+        let got: Vec<_> = d
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| (e.device, e.kind, e.code, e.value))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (InputDevice::Keyboard, 1, 30, 1),
+                (InputDevice::Pointer, 3, 0, 17),
+                (InputDevice::Keyboard, 1, 30, 0)
+            ]
+        );
     }
 }

@@ -87,6 +87,9 @@ pub enum RunError {
     /// The namespace backend has no disk images: its `/` is the host's.
     #[error("the namespace backend cannot boot a rootfs image (use --backend kvm)")]
     Rootfs,
+    /// The namespace backend has no display devices.
+    #[error("the namespace backend has no display: a display needs a VM (kvm or hvf)")]
+    Display,
     /// Some other system call failed.
     #[error("{what}")]
     Os {
@@ -142,6 +145,9 @@ impl NamespaceSandbox {
     fn start_inner(spec: &SandboxSpec, places: Places) -> Result<Self, RunError> {
         if !matches!(spec.rootfs, Rootfs::Default | Rootfs::Host) {
             return Err(RunError::Rootfs);
+        }
+        if spec.display.is_some() {
+            return Err(RunError::Display);
         }
         let ns = namespace_spec(spec)?;
         if let Some(ws) = &spec.workspace {
