@@ -73,3 +73,19 @@ pub fn build(data: &[u8], chains: u16) -> Option<(Memory, Queue)> {
     queue.set_ready(true);
     Some((mem, queue))
 }
+
+/// Runs every saved input of `fuzz/regressions/<target>` through `run`;
+/// how many there were (the regressions' replay in `cargo test`: no
+/// toolchain but stable needed).
+#[cfg(test)]
+pub(crate) fn replay(target: &str, run: fn(&[u8])) -> usize {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions")
+        .join(target);
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        run(&std::fs::read(entry.unwrap().path()).unwrap());
+        n += 1;
+    }
+    n
+}
