@@ -86,9 +86,11 @@ if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/nul
     cargo +nightly fuzz build virtio_fs >/dev/null 2>&1 && \
     cargo +nightly fuzz run virtio_fs regressions/virtio_fs -- -runs=0 2>&1 | tail -1 && \
     cargo +nightly fuzz build virtio_gpu >/dev/null 2>&1 && \
-    cargo +nightly fuzz run virtio_gpu regressions/virtio_gpu -- -runs=0 2>&1 | tail -1)
+    cargo +nightly fuzz run virtio_gpu regressions/virtio_gpu -- -runs=0 2>&1 | tail -1 && \
+    cargo +nightly fuzz build virtio_input >/dev/null 2>&1 && \
+    cargo +nightly fuzz run virtio_input regressions/virtio_input -- -runs=0 2>&1 | tail -1)
 else
-  echo "skipped: no nightly toolchain or cargo-fuzz here; the decoder's property tests and the virtio-fs and virtio-gpu replays (boxdesk-devices fs::fuzzing, gpu::fuzzing) ran above"
+  echo "skipped: no nightly toolchain or cargo-fuzz here; the decoder's property tests and the virtio-fs, virtio-gpu and virtio-input replays (boxdesk-devices fs::fuzzing, gpu::fuzzing, input::fuzzing) ran above"
 fi
 # One closing line for the whole run: the sum of every `test result:` line.
 awk '/^test result: /{ for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }

@@ -24,6 +24,7 @@
 //! dropped until the driver resets it.
 
 mod config;
+pub mod fuzzing;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
