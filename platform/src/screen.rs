@@ -576,7 +576,7 @@ fn reopen_read_only(fd: &OwnedFd) -> std::io::Result<OwnedFd> {
 }
 
 /// Which of a sandbox's input devices an event is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum InputDevice {
     /// The keyboard (`kbd`).
     Keyboard,

@@ -252,7 +252,6 @@ fn run(shared: &Shared) {
 
 /// A virtio-gpu device presenting into a [`Screen`].
 pub struct Gpu {
-    screen: Arc<Screen>,
     gpu: Arc<Mutex<Gpu2d>>,
     config: [u8; 16],
     worker: Option<Worker>,
@@ -264,16 +263,10 @@ impl Gpu {
         let mut config = [0u8; 16];
         config[8..12].copy_from_slice(&1u32.to_le_bytes());
         Gpu {
-            gpu: Arc::new(Mutex::new(Gpu2d::new(screen.clone()))),
-            screen,
+            gpu: Arc::new(Mutex::new(Gpu2d::new(screen))),
             config,
             worker: None,
         }
-    }
-
-    /// The screen it presents into.
-    pub fn screen(&self) -> &Arc<Screen> {
-        &self.screen
     }
 }
 

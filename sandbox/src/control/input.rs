@@ -21,14 +21,7 @@ const MAX_DOWN: usize = 1024;
 /// One `input` stream.
 pub struct InputStream {
     sink: Arc<dyn InputSink>,
-    down: BTreeSet<(u8, u16)>,
-}
-
-fn device_id(d: InputDevice) -> u8 {
-    match d {
-        InputDevice::Keyboard => 0,
-        InputDevice::Pointer => 1,
-    }
+    down: BTreeSet<(InputDevice, u16)>,
 }
 
 impl InputStream {
@@ -51,7 +44,7 @@ impl InputStream {
             return Some(format!("err {e}\n"));
         }
         if event.kind == EV_KEY {
-            let key = (device_id(event.device), event.code);
+            let key = (event.device, event.code);
             if event.value == 0 {
                 self.down.remove(&key);
             } else if self.down.len() < MAX_DOWN {
@@ -66,10 +59,6 @@ impl Drop for InputStream {
     /// Releases every key and button still down.
     fn drop(&mut self) {
         for (device, code) in std::mem::take(&mut self.down) {
-            let device = match device {
-                0 => InputDevice::Keyboard,
-                _ => InputDevice::Pointer,
-            };
             let release = InputEvent {
                 device,
                 kind: EV_KEY,
