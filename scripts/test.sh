@@ -9,7 +9,8 @@
 # TCG (images/check-qemu.sh), the nested-KVM harness on both arches, the
 # namespace/cowork end-to-end tests again as an unprivileged user, the
 # release configuration (scripts/test-dist.sh: cargo-dist's plan and a host
-# archive) and the fuzz targets' regressions.
+# archive) and every fuzz target (scripts/fuzz.sh replay: its regressions,
+# then a short run).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -75,22 +76,11 @@ step "release: dist plan (every target), the host's dist archive and its --versi
 wait "$dist_install" || { cat "$dist_install_log"; echo "installing cargo-dist failed" >&2; exit 1; }
 bash scripts/test-dist.sh
 
-step "fuzz regressions"
+step "fuzz: every target replays its regressions, then runs ${FUZZ_SECONDS:-10} s"
 if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/null; then
-  # Each target replays its own regressions; libFuzzer reads a corpus
-  # directory recursively, so decode also gets hybrid_connect's inputs.
-  (cd fuzz && cargo +nightly fuzz build decode >/dev/null 2>&1 && \
-    cargo +nightly fuzz build hybrid_connect >/dev/null 2>&1 && \
-    cargo +nightly fuzz run decode regressions -- -runs=0 2>&1 | tail -1 && \
-    cargo +nightly fuzz run hybrid_connect regressions/hybrid_connect -- -runs=0 2>&1 | tail -1 && \
-    cargo +nightly fuzz build virtio_fs >/dev/null 2>&1 && \
-    cargo +nightly fuzz run virtio_fs regressions/virtio_fs -- -runs=0 2>&1 | tail -1 && \
-    cargo +nightly fuzz build virtio_gpu >/dev/null 2>&1 && \
-    cargo +nightly fuzz run virtio_gpu regressions/virtio_gpu -- -runs=0 2>&1 | tail -1 && \
-    cargo +nightly fuzz build virtio_input >/dev/null 2>&1 && \
-    cargo +nightly fuzz run virtio_input regressions/virtio_input -- -runs=0 2>&1 | tail -1)
+  bash scripts/fuzz.sh replay "${FUZZ_SECONDS:-10}"
 else
-  echo "skipped: no nightly toolchain or cargo-fuzz here; the decoder's property tests and the virtio-fs, virtio-gpu and virtio-input replays (boxdesk-devices fs::fuzzing, gpu::fuzzing, input::fuzzing) ran above"
+  echo "skipped: no nightly toolchain or cargo-fuzz here; the device and loader targets' regressions were replayed by cargo test above (boxdesk-devices *::fuzzing, boxdesk-vmm arch::fuzzing)"
 fi
 # One closing line for the whole run: the sum of every `test result:` line.
 awk '/^test result: /{ for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }

@@ -186,6 +186,7 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
         let boot = boxdesk_vmm::sandbox::Boot {
             kernel: v.kernel.clone(),
             initrd: v.initrd.clone(),
+            jail: true,
         };
         let vm = boxdesk_vmm::sandbox::VmSandbox::start(
             &spec,

@@ -28,6 +28,8 @@ pub mod bus;
 pub mod console;
 #[cfg(target_os = "linux")]
 pub mod fs;
+#[cfg(target_os = "linux")]
+pub mod fuzzing;
 pub mod gpu;
 pub mod i8042;
 pub mod input;

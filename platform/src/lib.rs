@@ -41,6 +41,7 @@ pub mod report;
 pub mod screen;
 pub mod socket;
 pub mod sync;
+pub mod threads;
 
 pub use dirs::DirError;
 pub use names::{NameError, SandboxPaths, SUN_PATH_MAX};

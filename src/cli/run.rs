@@ -123,8 +123,22 @@ pub fn run(req: RunRequest) -> anyhow::Result<i32> {
         eprintln!("boxdesk: sandbox {name} (exit the shell to stop it)");
     }
     let outcome = exec::connect(&paths, &name).and_then(|s| exec::run_session(s, exec, pty, &name));
-    helper.stop(&paths, &name);
+    if let Some(why) = helper.stop(&paths, &name).and_then(jailed_death) {
+        return Err(anyhow::anyhow!("{why}").context(format!("sandbox {name} failed")));
+    }
     outcome
+}
+
+/// What a helper's death by `SIGSYS` means: its seccomp jail stopped a
+/// forbidden system call (the helper wrote the `SECCOMP` line naming the
+/// thread and the call to its stderr: the terminal, or the log).
+fn jailed_death(status: std::process::ExitStatus) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    (status.signal() == Some(libc::SIGSYS)).then(|| {
+        "the VM helper was killed by its seccomp jail (SECCOMP: a thread made a system call \
+         its allowlist forbids; the SECCOMP line names the thread and the call)"
+            .to_owned()
+    })
 }
 
 /// A free generated name, `bx-` and 4 hex digits.
@@ -280,12 +294,15 @@ impl Helper {
                 eprintln!("{text}");
             }
         }
+        if let Some(why) = jailed_death(status) {
+            bail!("{why}, before the sandbox was ready");
+        }
         bail!("the helper exited ({status}) before the sandbox was ready")
     }
 
     /// Asks the helper to stop and waits for it (killing it after
     /// [`STOP_WAIT`]).
-    fn stop(&mut self, paths: &SandboxPaths, name: &str) {
+    fn stop(&mut self, paths: &SandboxPaths, name: &str) -> Option<std::process::ExitStatus> {
         if let Err(e) = ControlClient::connect(&paths.sock, name).and_then(|mut c| c.stop()) {
             tracing::warn!("stopping sandbox {name}: {e}");
             let _ = self.child.kill();
@@ -295,8 +312,8 @@ impl Helper {
             tracing::warn!("sandbox {name} did not stop within {STOP_WAIT:?}; killing its helper");
             let _ = self.child.kill();
         }
-        let _ = self.child.wait();
         self.detached = true;
+        self.child.wait().ok()
     }
 
     /// Waits for end-of-file on the readiness pipe, at most `limit`.

@@ -14,6 +14,7 @@ use crate::support::{self, TestEnv};
 
 mod display;
 mod fs;
+mod jail;
 
 /// Whether a VM can boot here; prints the skip line when not.
 fn can_boot(test: &str) -> bool {

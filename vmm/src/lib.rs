@@ -17,6 +17,8 @@
 pub mod arch;
 pub mod image;
 mod irq;
+#[cfg(target_os = "linux")]
+pub mod jail;
 pub mod mounts;
 #[cfg(target_os = "linux")]
 mod notify;
@@ -86,6 +88,14 @@ pub enum VmmError {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
+    /// The helper could not be jailed, so the VM does not run.
+    #[cfg(target_os = "linux")]
+    #[error("cannot jail the VM helper")]
+    Jail(#[from] jail::JailError),
+    /// Core dumps could not be turned off, so the VM does not run.
+    #[cfg(not(target_os = "linux"))]
+    #[error("cannot turn core dumps off: {0}")]
+    CoreDumps(std::io::Error),
 }
 
 /// By hand, not `#[from]`: the cause is in the message, so it is not a
@@ -121,6 +131,9 @@ pub struct VmSpec {
     /// A display of this width and height: virtio-gpu presenting into a
     /// [`Screen`], a virtio-input keyboard and tablet.
     pub display: Option<(u32, u32)>,
+    /// Jail this process once the VM is built, before a vCPU runs
+    /// ([`jail`] on Linux; on macOS only core dumps go).
+    pub jail: bool,
 }
 
 impl std::fmt::Debug for VmSpec {
@@ -135,6 +148,7 @@ impl std::fmt::Debug for VmSpec {
             .field("mounts", &self.mounts)
             .field("relays", &self.relays)
             .field("display", &self.display)
+            .field("jail", &self.jail)
             .finish_non_exhaustive()
     }
 }
@@ -276,6 +290,22 @@ fn fs_devices(
             why: mounts::NO_SERVER.into(),
         })
     }
+}
+
+/// Jails the calling process ([`jail::lock_down`] in the mode
+/// `BOXDESK_SECCOMP` says).
+#[cfg(target_os = "linux")]
+fn jail_process(serves_files: bool) -> Result<(), VmmError> {
+    Ok(jail::lock_down(jail::Mode::from_env(), serves_files)?)
+}
+
+/// What macOS allows without a sandbox profile (which needs the App
+/// Sandbox entitlement at signing time): no core dumps, so guest memory
+/// never lands in a core file.
+#[cfg(not(target_os = "linux"))]
+fn jail_process(_serves_files: bool) -> Result<(), VmmError> {
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
+        .map_err(|e| VmmError::CoreDumps(e.into()))
 }
 
 /// The display's devices, after the others: virtio-gpu, then the
@@ -441,9 +471,13 @@ impl RunningVm {
             boot: Arc::new(boot),
             vcpus: spec.vcpus,
         });
+        let serves_files = !spec.mounts.is_empty();
         let ready = go.and_then(|go| {
             vm._vm.finalize()?;
             irqs.connect()?;
+            if spec.jail {
+                jail_process(serves_files)?;
+            }
             Ok(go)
         });
         match ready {

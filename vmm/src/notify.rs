@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 
 use boxdesk_devices::virtio::mmio::{MmioTransport, QUEUE_NOTIFY_OFFSET};
 use boxdesk_platform::sync::lock;
+use boxdesk_platform::threads::{self, Class};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::{HvVm, VmmError};
@@ -97,6 +98,7 @@ fn serve(kicks: &[Kick], stop: &EventFd) {
             revents: 0,
         })
         .collect();
+    let mut entered = false;
     loop {
         // SAFETY: `fds` is a live, exclusively borrowed array of `len`
         // pollfds whose descriptors `kicks` and `stop` keep open.
@@ -113,6 +115,12 @@ fn serve(kicks: &[Kick], stop: &EventFd) {
         }
         if fds[kicks.len()].revents != 0 {
             return;
+        }
+        // Started before the process was jailed: the thread narrows itself
+        // at its first wake after that, before it touches a device.
+        if !entered && threads::jailed() {
+            threads::enter(Class::Device);
+            entered = true;
         }
         for (kick, fd) in kicks.iter().zip(&mut fds) {
             if fd.revents == 0 {

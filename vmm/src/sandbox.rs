@@ -48,6 +48,10 @@ pub struct Boot {
     pub kernel: Option<PathBuf>,
     /// The initramfs, else the image's.
     pub initrd: Option<PathBuf>,
+    /// Jail this process once the VM is built (`jail`): the helper's,
+    /// whose only work is the VM; never a process that does other work
+    /// too (cowork).
+    pub jail: bool,
 }
 
 /// Why a VM sandbox could not start (inside [`StartError::Backend`]).
@@ -161,6 +165,7 @@ impl VmSandbox {
             mounts,
             relays: spec.relays.clone(),
             display: spec.display,
+            jail: boot.jail,
         });
         let vm = match vm {
             Ok(vm) => vm,

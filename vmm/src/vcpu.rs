@@ -1,6 +1,7 @@
 //! The vCPU threads: each creates its vCPU (a vCPU belongs to the thread
 //! that created it), sets up its boot state through the host's machine,
-//! reports ready, waits for [`Go::start`], and turns every exit into one
+//! reports ready, waits for [`Go::start`], enters the vCPU jail (when the
+//! process is jailed: `crate::jail`), and turns every exit into one
 //! bus call until the VM ends. An exit the VMM cannot serve ends the VM as
 //! a crash with the console's tail. With VMM-side PSCI (aarch64 on
 //! Hypervisor.framework) the machine's `before_run` holds a secondary until
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use boxdesk_devices::console::SharedConsole;
 use boxdesk_devices::virtio::Memory;
 use boxdesk_hv::{SystemEvent, Vcpu, VcpuExit, VcpuKick, Vm as _};
+use boxdesk_platform::threads::Class;
 
 use super::arch::host;
 use super::{console_tail, Buses, Ending, HvVcpu, HvVm, VmEnd, VmmError};
@@ -62,6 +64,9 @@ pub(super) fn start_all(shared: &Shared) -> Result<Go, VmmError> {
                     return;
                 };
                 if go_rx.recv().is_ok() {
+                    boxdesk_platform::threads::enter(Class::Vcpu);
+                    #[cfg(target_os = "linux")]
+                    super::jail::test_forbidden_call();
                     run(id, &mut vcpu, &s);
                 }
                 let _ = std::io::stderr().flush();

@@ -21,7 +21,7 @@ mod vm;
 
 use serde_json::Value;
 
-pub use dispatch::call;
+pub use dispatch::{call, check};
 pub use error::MethodError;
 pub use params::redacted;
 

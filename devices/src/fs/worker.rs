@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use boxdesk_platform::sync::lock;
+use boxdesk_platform::threads::{self, Class};
 use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
@@ -80,19 +81,17 @@ impl Workers {
         };
         for i in 0..WORKERS {
             let shared = shared.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("{name}-{i}"))
-                .spawn(move || {
-                    if identity == Identity::Nobody {
-                        if let Err(e) = become_nobody() {
-                            debug!("virtio-fs: cannot serve as nobody: {e}");
-                            shared.broken.store(true, Ordering::SeqCst);
-                            shared.interrupt.needs_reset();
-                            return;
-                        }
+            let thread = threads::spawn(format!("{name}-{i}"), Class::FileServer, move || {
+                if identity == Identity::Nobody {
+                    if let Err(e) = become_nobody() {
+                        debug!("virtio-fs: cannot serve as nobody: {e}");
+                        shared.broken.store(true, Ordering::SeqCst);
+                        shared.interrupt.needs_reset();
+                        return;
                     }
-                    run(&shared)
-                })?;
+                }
+                run(&shared)
+            })?;
             workers.threads.push(thread);
         }
         Ok(workers)

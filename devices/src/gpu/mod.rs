@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 
 use boxdesk_platform::screen::Screen;
 use boxdesk_platform::sync::lock;
+use boxdesk_platform::threads::{self, Class};
 use tracing::debug;
 use virtio_bindings::virtio_ids::VIRTIO_ID_GPU;
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
@@ -321,9 +322,7 @@ impl VirtioDevice for Gpu {
             broken: AtomicBool::new(false),
         });
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("virtio-gpu".into())
-            .spawn(move || run(&s))
+        let thread = threads::spawn("virtio-gpu".into(), Class::Device, move || run(&s))
             .map_err(|e| ActivateError::Backend(format!("cannot start its thread: {e}")))?;
         self.worker = Some(Worker {
             shared,

@@ -74,6 +74,28 @@ pub fn build(data: &[u8], chains: u16) -> Option<(Memory, Queue)> {
     Some((mem, queue))
 }
 
+/// A second queue over the same descriptor table (its own avail ring at
+/// 0x3000, used ring at 0x4000), `chains` heads from `heads` (u16 each):
+/// a device with an RX and a TX queue gets both from one input, and a
+/// guest that shares descriptors between them is one of its shapes.
+pub fn second(mem: &Memory, heads: &[u8], chains: u16) -> Option<Queue> {
+    const AVAIL2: u64 = 0x3000;
+    const USED2: u64 = 0x4000;
+    let chains = chains.min(QSIZE);
+    for i in 0..chains {
+        let head = u16_at(heads, 2 * usize::from(i)) % QSIZE;
+        let _ = mem.write_obj(head, GuestAddress(AVAIL2 + 4 + 2 * u64::from(i)));
+    }
+    let _ = mem.write_obj(chains, GuestAddress(AVAIL2 + 2));
+    let mut queue = Queue::new(QSIZE).ok()?;
+    queue.set_size(QSIZE);
+    queue.set_desc_table_address(Some(DESC as u32), Some(0));
+    queue.set_avail_ring_address(Some(AVAIL2 as u32), Some(0));
+    queue.set_used_ring_address(Some(USED2 as u32), Some(0));
+    queue.set_ready(true);
+    Some(queue)
+}
+
 /// Runs every saved input of `fuzz/regressions/<target>` through `run`;
 /// how many there were (the regressions' replay in `cargo test`: no
 /// toolchain but stable needed).

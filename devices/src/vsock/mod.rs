@@ -15,6 +15,8 @@
 //! wakes it; `reset` and `Drop` stop and join it, closing every stream.
 
 mod conn;
+#[cfg(target_os = "linux")]
+pub mod fuzzing;
 mod muxer;
 mod packet;
 mod worker;

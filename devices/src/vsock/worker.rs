@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use boxdesk_platform::threads::{self, Class};
 use mio::{Events, Poll, Token, Waker};
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 
@@ -64,30 +65,9 @@ impl Worker {
         listener: std::os::unix::net::UnixListener,
         uds_path: &Path,
     ) -> io::Result<Worker> {
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let muxer = Muxer::new(
-            setup.guest_cid,
-            uds_path,
-            listener,
-            poll.registry().try_clone()?,
-        )?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut ev = EventLoop {
-            poll,
-            muxer,
-            mem: setup.mem,
-            interrupt: setup.interrupt,
-            rx: setup.rx,
-            tx: setup.tx,
-            stop: stop.clone(),
-            payload: Vec::with_capacity(MAX_PAYLOAD),
-            scratch: vec![0u8; MAX_PAYLOAD],
-            more_tx: false,
-        };
-        let handle = std::thread::Builder::new()
-            .name("vsock".into())
-            .spawn(move || ev.run())?;
+        let (mut ev, waker) = EventLoop::new(setup, listener, uds_path)?;
+        let stop = ev.stop.clone();
+        let handle = threads::spawn("vsock".into(), Class::Device, move || ev.run())?;
         Ok(Worker {
             waker,
             stop,
@@ -116,7 +96,8 @@ impl Drop for Worker {
     }
 }
 
-struct EventLoop {
+/// The event loop: the poller, the muxer, the queues.
+pub(super) struct EventLoop {
     poll: Poll,
     muxer: Muxer,
     mem: Memory,
@@ -133,6 +114,36 @@ struct EventLoop {
 }
 
 impl EventLoop {
+    /// The loop over `listener` (bound at `uds_path`) and the waker that
+    /// interrupts its poll.
+    pub(super) fn new(
+        setup: Setup,
+        listener: std::os::unix::net::UnixListener,
+        uds_path: &Path,
+    ) -> io::Result<(EventLoop, Arc<Waker>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let muxer = Muxer::new(
+            setup.guest_cid,
+            uds_path,
+            listener,
+            poll.registry().try_clone()?,
+        )?;
+        let ev = EventLoop {
+            poll,
+            muxer,
+            mem: setup.mem,
+            interrupt: setup.interrupt,
+            rx: setup.rx,
+            tx: setup.tx,
+            stop: Arc::new(AtomicBool::new(false)),
+            payload: Vec::with_capacity(MAX_PAYLOAD),
+            scratch: vec![0u8; MAX_PAYLOAD],
+            more_tx: false,
+        };
+        Ok((ev, waker))
+    }
+
     fn run(&mut self) {
         let mut events = Events::with_capacity(256);
         loop {
@@ -153,16 +164,7 @@ impl EventLoop {
             if self.stop.load(Ordering::SeqCst) {
                 return;
             }
-            let now = Instant::now();
-            for ev in events.iter() {
-                match ev.token() {
-                    WAKER => {}
-                    LISTENER => self.muxer.accept(now),
-                    _ => self.muxer.on_event(ev, now),
-                }
-            }
-            self.muxer.expire(now);
-            if let Err(e) = self.process_tx(now).and_then(|()| self.process_rx(now)) {
+            if let Err(e) = self.turn(&events, Instant::now()) {
                 tracing::warn!(
                     "vsock: {}; the device needs a reset",
                     boxdesk_platform::report::chain(&e)
@@ -171,6 +173,32 @@ impl EventLoop {
                 return;
             }
         }
+    }
+
+    /// One turn after a poll: host sockets, expired deadlines, then the
+    /// guest's TX chains and RX buffers.
+    pub(super) fn turn(&mut self, events: &Events, now: Instant) -> Result<(), WorkerError> {
+        for ev in events.iter() {
+            match ev.token() {
+                WAKER => {}
+                LISTENER => self.muxer.accept(now),
+                _ => self.muxer.on_event(ev, now),
+            }
+        }
+        self.muxer.expire(now);
+        self.process_tx(now)?;
+        self.process_rx(now)
+    }
+
+    /// Polls without waiting, then takes one [`EventLoop::turn`].
+    pub(super) fn poll_once(
+        &mut self,
+        events: &mut Events,
+        now: Instant,
+    ) -> Result<(), WorkerError> {
+        // A failed poll is an empty one here: the turn still runs.
+        let _ = self.poll.poll(events, Some(Duration::ZERO));
+        self.turn(events, now)
     }
 
     /// Hands available TX chains to the muxer, at most one queue's worth

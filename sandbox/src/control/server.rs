@@ -94,6 +94,7 @@ pub fn serve(listener: UnixListener, sandbox: Arc<dyn Controlled>) -> io::Error 
             .name("control".into())
             .stack_size(THREAD_STACK)
             .spawn(move || {
+                boxdesk_platform::threads::enter(boxdesk_platform::threads::Class::Control);
                 let _slot = a.slot;
                 converse(a.stream, &a.first, &*sandbox);
             });

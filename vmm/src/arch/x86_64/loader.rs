@@ -71,7 +71,7 @@ pub fn load_kernel(mem: &GuestMemoryMmap, kernel: &mut File) -> Result<LoadedKer
 }
 
 /// [`load_kernel`] from any seekable reader.
-pub(super) fn load_kernel_from<R>(
+pub(crate) fn load_kernel_from<R>(
     mem: &GuestMemoryMmap,
     image: &mut R,
 ) -> Result<LoadedKernel, ArchError>
@@ -325,7 +325,7 @@ pub fn load_initrd(
 }
 
 /// [`load_initrd`] from any seekable reader.
-pub(super) fn load_initrd_from<R>(
+pub(crate) fn load_initrd_from<R>(
     mem: &GuestMemoryMmap,
     image: &mut R,
 ) -> Result<(GuestAddress, usize), ArchError>
