@@ -190,7 +190,9 @@ impl EventLoop {
         self.process_rx(now)
     }
 
-    /// Polls without waiting, then takes one [`EventLoop::turn`].
+    /// Polls without waiting, then takes one [`EventLoop::turn`] (the fuzz
+    /// target's step: `super::fuzzing`).
+    #[cfg(target_os = "linux")]
     pub(super) fn poll_once(
         &mut self,
         events: &mut Events,

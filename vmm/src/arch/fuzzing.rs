@@ -12,7 +12,7 @@
 
 use std::io::Cursor;
 
-use vm_memory::{Address, GuestMemory, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 use super::aarch64;
 
@@ -29,6 +29,7 @@ pub fn run(data: &[u8]) {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         0 => {
             use super::x86_64::{layout, loader};
+            use vm_memory::GuestMemory;
             let Ok(mem) = GuestMemoryMmap::from_ranges(&layout::ram_regions(mem_bytes)) else {
                 return;
             };
@@ -40,6 +41,7 @@ pub fn run(data: &[u8]) {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         1 => {
             use super::x86_64::{layout, loader};
+            use vm_memory::{Address, GuestMemory};
             let Ok(mem) = GuestMemoryMmap::from_ranges(&layout::ram_regions(mem_bytes)) else {
                 return;
             };
