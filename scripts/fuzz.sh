@@ -33,7 +33,7 @@ for t in "${targets[@]}"; do
         || { tail -60 /tmp/fuzz-$t.log; echo "fuzz: $t found a crash" >&2; rm -rf "$work"; exit 1; }
       rm -rf "$work"
       runs=$(sed -n 's/^stat::number_of_executed_units: *//p' /tmp/fuzz-$t.log)
-      cov=$(grep -o 'cov: [0-9]*' /tmp/fuzz-$t.log | tail -1)
+      cov=$(grep -o 'cov: [0-9]*' /tmp/fuzz-$t.log | tail -1 | cut -d' ' -f2)
       echo "fuzz $t: $n saved inputs replayed; ${secs:-10} s: $runs runs, $cov edges, no crash"
       ;;
     campaign)
@@ -43,7 +43,7 @@ for t in "${targets[@]}"; do
       cargo +nightly fuzz run -O "$t" "$corpus" -- -max_total_time="${secs:-600}" "${opts[@]}" \
         >/tmp/fuzz-$t.log 2>&1 || { tail -60 /tmp/fuzz-$t.log; echo "fuzz: $t crashed" >&2; exit 1; }
       runs=$(sed -n 's/^stat::number_of_executed_units: *//p' /tmp/fuzz-$t.log)
-      cov=$(grep -o 'cov: [0-9]*' /tmp/fuzz-$t.log | tail -1)
+      cov=$(grep -o 'cov: [0-9]*' /tmp/fuzz-$t.log | tail -1 | cut -d' ' -f2)
       rm -rf "$saved.min" && mkdir "$saved.min"
       cargo +nightly fuzz run -O "$t" "$saved.min" "$corpus" -- -merge=1 >/dev/null 2>&1
       rm -rf "$saved" && mv "$saved.min" "$saved"
