@@ -55,22 +55,18 @@ pub fn build(data: &[u8], chains: u16) -> Option<(Memory, Queue)> {
         d[14..].copy_from_slice(&next.to_le_bytes());
         let _ = mem.write_slice(&d, GuestAddress(DESC + 16 * i));
     }
-    for i in 0..chains {
-        let head = u16_at(data, at) % QSIZE;
-        at += 2;
-        let _ = mem.write_obj(head, GuestAddress(AVAIL + 4 + 2 * u64::from(i)));
-    }
-    let _ = mem.write_obj(chains, GuestAddress(AVAIL + 2));
+    let queue = ring(
+        &mem,
+        data.get(at..).unwrap_or_default(),
+        chains,
+        AVAIL,
+        USED,
+    )?;
+    at += 2 * usize::from(chains);
     if let Some(rest) = data.get(at..) {
         let n = rest.len().min(MEM - DATA as usize);
         let _ = mem.write_slice(&rest[..n], GuestAddress(DATA));
     }
-    let mut queue = Queue::new(QSIZE).ok()?;
-    queue.set_size(QSIZE);
-    queue.set_desc_table_address(Some(DESC as u32), Some(0));
-    queue.set_avail_ring_address(Some(AVAIL as u32), Some(0));
-    queue.set_used_ring_address(Some(USED as u32), Some(0));
-    queue.set_ready(true);
     Some((mem, queue))
 }
 
@@ -79,19 +75,23 @@ pub fn build(data: &[u8], chains: u16) -> Option<(Memory, Queue)> {
 /// a device with an RX and a TX queue gets both from one input, and a
 /// guest that shares descriptors between them is one of its shapes.
 pub fn second(mem: &Memory, heads: &[u8], chains: u16) -> Option<Queue> {
-    const AVAIL2: u64 = 0x3000;
-    const USED2: u64 = 0x4000;
-    let chains = chains.min(QSIZE);
+    ring(mem, heads, chains.min(QSIZE), 0x3000, 0x4000)
+}
+
+/// A ready queue over the descriptor table at [`DESC`], its avail ring at
+/// `avail` holding `chains` heads read from `heads` (u16 each, wrapped into
+/// the queue), its used ring at `used`.
+fn ring(mem: &Memory, heads: &[u8], chains: u16, avail: u64, used: u64) -> Option<Queue> {
     for i in 0..chains {
         let head = u16_at(heads, 2 * usize::from(i)) % QSIZE;
-        let _ = mem.write_obj(head, GuestAddress(AVAIL2 + 4 + 2 * u64::from(i)));
+        let _ = mem.write_obj(head, GuestAddress(avail + 4 + 2 * u64::from(i)));
     }
-    let _ = mem.write_obj(chains, GuestAddress(AVAIL2 + 2));
+    let _ = mem.write_obj(chains, GuestAddress(avail + 2));
     let mut queue = Queue::new(QSIZE).ok()?;
     queue.set_size(QSIZE);
     queue.set_desc_table_address(Some(DESC as u32), Some(0));
-    queue.set_avail_ring_address(Some(AVAIL2 as u32), Some(0));
-    queue.set_used_ring_address(Some(USED2 as u32), Some(0));
+    queue.set_avail_ring_address(Some(avail as u32), Some(0));
+    queue.set_used_ring_address(Some(used as u32), Some(0));
     queue.set_ready(true);
     Some(queue)
 }

@@ -142,18 +142,24 @@ pub(super) const BASE: &[Allow] = &[
     any(SYS_getegid),
 ];
 
-/// A vCPU thread: `KVM_RUN` and the device work an exit does on it
-/// (virtio-blk's I/O, a device's activation: its event poller and
-/// descriptors; the console's log).
-pub(super) const VCPU: &[Allow] = &[
-    one_of(SYS_ioctl, 1, VCPU_IOCTLS),
-    any(SYS_rt_sigaction),
+/// virtio-blk's I/O: a kick is served on the vCPU that wrote it (no
+/// ioeventfd on Hypervisor.framework, or a write the ioeventfd does not
+/// match) or on the queue notifier's thread.
+pub(super) const BLK_IO: &[Allow] = &[
     any(SYS_pread64),
     any(SYS_pwrite64),
     any(SYS_preadv),
     any(SYS_pwritev),
     any(SYS_fsync),
     any(SYS_fdatasync),
+];
+
+/// A vCPU thread: `KVM_RUN` and the device work an exit does on it
+/// (a device's activation: its event poller and descriptors; the
+/// console's log; and [`BLK_IO`]).
+pub(super) const VCPU: &[Allow] = &[
+    one_of(SYS_ioctl, 1, VCPU_IOCTLS),
+    any(SYS_rt_sigaction),
     any(SYS_epoll_create1),
     any(SYS_epoll_ctl),
     any(SYS_dup),
@@ -163,16 +169,9 @@ pub(super) const VCPU: &[Allow] = &[
 
 /// A device's event loop: its poller, the vsock muxer's Unix sockets (a
 /// guest-initiated stream connects to `<uds>_<port>`), its eventfds; the
-/// queue notifier serves a kick on its own thread, so virtio-blk's I/O
-/// runs there too.
+/// queue notifier serves a kick on its own thread (and [`BLK_IO`]).
 pub(super) const DEVICE: &[Allow] = &[
     one_of(SYS_ioctl, 1, FD_IOCTLS),
-    any(SYS_pread64),
-    any(SYS_pwrite64),
-    any(SYS_preadv),
-    any(SYS_pwritev),
-    any(SYS_fsync),
-    any(SYS_fdatasync),
     any(SYS_setsockopt),
     any(SYS_epoll_ctl),
     any(SYS_epoll_pwait),

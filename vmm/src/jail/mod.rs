@@ -178,18 +178,20 @@ fn process(serves_files: bool) -> Result<(), JailError> {
 /// The calls of `class` (with [`allow::BASE`]), or of the whole helper
 /// (`None`: every class and [`allow::HELPER`]).
 fn lists(class: Option<Class>) -> Vec<Allow> {
-    let of = |c: Class| match c {
-        Class::Vcpu => allow::VCPU,
-        Class::Device => allow::DEVICE,
-        Class::Control => allow::CONTROL,
-        Class::FileServer => allow::FILE_SERVER,
+    let of = |c: Class| -> &[&[Allow]] {
+        match c {
+            Class::Vcpu => &[allow::VCPU, allow::BLK_IO],
+            Class::Device => &[allow::DEVICE, allow::BLK_IO],
+            Class::Control => &[allow::CONTROL],
+            Class::FileServer => &[allow::FILE_SERVER],
+        }
     };
     let mut out = allow::BASE.to_vec();
     match class {
-        Some(c) => out.extend_from_slice(of(c)),
+        Some(c) => out.extend(of(c).concat()),
         None => {
             for c in Class::ALL {
-                out.extend_from_slice(of(c));
+                out.extend(of(c).concat());
             }
             out.extend_from_slice(allow::HELPER);
         }
