@@ -77,31 +77,24 @@ pub fn registers(data: &[u8]) {
     match which % 4 {
         0 => uart(&mut Serial::new(out, irq), rest, 8),
         1 => {
-            let mut dev = I8042::new(Box::new(|| {}));
             // Ports 0x60 (data) and 0x64 (command), as the PIO bus maps them.
-            for a in accesses(rest) {
-                access(
-                    &mut dev,
-                    &Access {
-                        offset: a.offset % 5,
-                        ..a
-                    },
-                );
-            }
+            poke(&mut I8042::new(Box::new(|| {})), rest, 5);
         }
         2 => uart(&mut Pl011::new(out, irq), rest, 0x1000),
-        _ => {
-            let mut dev = Pl031::new();
-            for a in accesses(rest) {
-                access(
-                    &mut dev,
-                    &Access {
-                        offset: a.offset % 0x1000,
-                        ..a
-                    },
-                );
-            }
-        }
+        _ => poke(&mut Pl031::new(), rest, 0x1000),
+    }
+}
+
+/// Every access of `data` on `dev`, offsets wrapped into its `range`.
+fn poke(dev: &mut dyn BusDevice, data: &[u8], range: u64) {
+    for a in accesses(data) {
+        access(
+            dev,
+            &Access {
+                offset: a.offset % range,
+                ..a
+            },
+        );
     }
 }
 
@@ -187,15 +180,7 @@ pub fn mmio(data: &[u8]) {
     };
     let irq = Arc::new(CountingIrq::default());
     let mut transport = MmioTransport::new(Box::new(device), mem.clone(), irq);
-    for a in accesses(ops) {
-        access(
-            &mut transport,
-            &Access {
-                offset: a.offset % 0x1000,
-                ..a
-            },
-        );
-    }
+    poke(&mut transport, ops, 0x1000);
     // Whatever the device wrote stayed inside guest memory.
     let mut probe = [0u8; 1];
     let _ = mem.read_slice(&mut probe, GuestAddress(0));
