@@ -12,18 +12,26 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 0
 fi
 
-tests_bin=$(cargo test -p boxdesk --test tests --no-run --locked --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys
+# test_bin CARGO_ARGS... TARGET_NAME: the test executable cargo builds.
+test_bin() {
+  local name=${*: -1}
+  cargo test "${@:1:$#-1}" --no-run --locked --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "tests" and m.get("executable"):
-        print(m["executable"])')
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
+        print(m["executable"])' "$name"
+}
+tests_bin=$(test_bin -p boxdesk --test tests tests)
+# The VM helper's own view (a user namespace of its own) as a user too.
+view_bin=$(test_bin -p boxdesk-vmm --lib boxdesk_vmm)
 cargo build -q --locked -p boxdesk --bin boxdesk
-[ -n "$tests_bin" ] || { echo "test-unprivileged: no test binary found"; exit 1; }
+[ -n "$tests_bin" ] && [ -n "$view_bin" ] || { echo "test-unprivileged: no test binary found"; exit 1; }
 
 d=$(mktemp -d /tmp/boxdesk-unpriv.XXXXXX)
 trap 'rm -rf "$d"' EXIT
 install -m 0755 "$tests_bin" "$d/tests"
+install -m 0755 "$view_bin" "$d/vmm-tests"
 install -m 0755 target/debug/boxdesk "$d/boxdesk"
 mkdir -p "$d/home"
 chown "$user" "$d/home"
@@ -32,6 +40,7 @@ chmod 0755 "$d"
 uid=$(id -u "$user")
 echo "running $(basename "$tests_bin") as $user (uid $uid)"
 cd "$d"
+runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin TMPDIR=/tmp "$d/vmm-tests" jail::view
 # TMPDIR stays /tmp: the tests' sockets must fit the 107-byte socket path
 # limit with a 64-character sandbox name.
 runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR=/tmp \

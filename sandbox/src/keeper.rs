@@ -119,6 +119,21 @@ pub struct Keeper {
     serving: Mutex<Option<OwnedFd>>,
     labels: Mutex<Vec<(&'static str, String)>>,
     on_stop: Box<dyn Fn() + Send + Sync>,
+    /// [`Keeper::hand_over`]: the state dir's last `rmdir` and the lock
+    /// file are another process's.
+    handed_over: AtomicBool,
+}
+
+/// What a jailed keeper's reaper finishes once the keeper's process is
+/// gone ([`Keeper::hand_over`]).
+#[derive(Debug, Clone)]
+pub struct Handover {
+    /// The state dir: removed if the keeper left it empty.
+    pub state_dir: std::path::PathBuf,
+    /// The name's lock file: removed, then the lock released.
+    pub lock_file: std::path::PathBuf,
+    /// The locked descriptor, which the reaper inherits.
+    pub lock_fd: std::os::fd::RawFd,
 }
 
 impl std::fmt::Debug for Keeper {
@@ -171,6 +186,7 @@ impl Keeper {
             serving: Mutex::new(None),
             labels: Mutex::new(Vec::new()),
             on_stop,
+            handed_over: AtomicBool::new(false),
         };
         Ok((Arc::new(keeper), control))
     }
@@ -199,6 +215,49 @@ impl Keeper {
     fn stop_serving(&self) {
         if let Some(fd) = lock(&self.serving).take() {
             let _ = nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
+    }
+
+    /// Hands the last steps of the end to a process that outlives this one
+    /// and stays where this one is leaving (a helper about to enter its
+    /// own mount namespace, where its state dir is a mount point and the
+    /// runtime dir's lock must outlast it): from now on an end empties the
+    /// state dir but leaves it, and closes the lock without removing its
+    /// file; the reaper, holding the lock too, does both once this process
+    /// is gone, so no new claim of the name can start in between.
+    pub fn hand_over(&self) -> Option<Handover> {
+        let lock = lock(&self.lock);
+        let held = lock.as_ref()?;
+        self.handed_over.store(true, Ordering::SeqCst);
+        Some(Handover {
+            state_dir: self.state.dir.clone(),
+            lock_file: held.path().to_owned(),
+            lock_fd: held.as_raw_fd(),
+        })
+    }
+
+    /// Releases the name: the lock file goes with it unless handed over.
+    fn release(&self) {
+        if let Some(l) = lock(&self.lock).take() {
+            if self.handed_over.load(Ordering::SeqCst) {
+                l.leave();
+            } else {
+                l.release();
+            }
+        }
+    }
+
+    /// Removes the state dir; a handed-over one is a mount point here and
+    /// only emptied.
+    fn remove_state(&self) -> io::Result<()> {
+        match self.state.remove() {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && self.handed_over.load(Ordering::SeqCst) =>
+            {
+                Ok(())
+            }
+            r => r,
         }
     }
 
@@ -280,11 +339,9 @@ impl Keeper {
             sandbox.wait();
         }
         if !self.keep && !self.reused {
-            let _ = self.state.remove();
+            let _ = self.remove_state();
         }
-        if let Some(l) = lock(&self.lock).take() {
-            l.release();
-        }
+        self.release();
         true
     }
 
@@ -293,7 +350,7 @@ impl Keeper {
         match end {
             End::Stop if self.keep => self.state.mark_stopped(),
             End::Stop => {
-                if let Err(e) = self.state.remove() {
+                if let Err(e) = self.remove_state() {
                     tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
                 }
                 let _ = std::fs::remove_file(&self.paths.log);
@@ -308,9 +365,7 @@ impl Keeper {
                 self.state.mark_ended(why);
             }
         }
-        if let Some(l) = lock(&self.lock).take() {
-            l.release();
-        }
+        self.release();
     }
 }
 

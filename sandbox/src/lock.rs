@@ -100,6 +100,25 @@ impl NameLock {
     pub fn release(self) {
         let _ = fs::remove_file(&self.path);
     }
+
+    /// Leaves the lock and its file to another process that inherited the
+    /// descriptor (a jailed helper's reaper): held until this process
+    /// exits, then by that one alone, which removes the file and releases
+    /// it after its own work. (Dropping the lock would unlock it for both:
+    /// an `flock` belongs to the open file, which they share.)
+    pub fn leave(self) {
+        std::mem::forget(self);
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The locked descriptor (for a process that inherits the lock).
+    pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&*self._lock)
+    }
 }
 
 #[cfg(test)]

@@ -291,6 +291,12 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+    // A jailed helper's reaper finishes its end just after it (the state
+    // dir, the lock): done when the name is free.
+    let reaped = Instant::now() + Duration::from_secs(2);
+    while NameLock::is_held(&runtime, name) && Instant::now() < reaped {
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let _ = socket::clear_if_stale(&paths.sock);
     let _ = socket::clear_if_stale(&paths.agent);
     Ok(0)

@@ -519,11 +519,11 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
         // A foreground helper's stderr is the user's terminal: say it
         // plainly; a detached one's is its log.
         Err(e) if foreground => {
-            eprintln!("boxdesk: {e}");
+            eprintln!("boxdesk: {}", boxdesk_platform::report::chain(&e));
             Ok(1)
         }
         Err(e) => {
-            tracing::error!("{e}");
+            tracing::error!("{}", boxdesk_platform::report::chain(&e));
             Ok(1)
         }
     }

@@ -21,6 +21,10 @@
 #   --cwd DIR          CMD's working directory in L1 (default /)
 #   --timeout SECS     CMD's deadline, counted in L1 (default 600)
 #   --boot-timeout S   host allowance for boot and power-off on top (default 300)
+#   --stall SECS       L1 counts as frozen when its heartbeat (one a minute,
+#                      once CMD runs) stops for this long (default 300): qemu
+#                      is killed, the exit is 125 and stderr says "stopped
+#                      responding"
 #   --mem MIB          L1 memory (default 2048)
 #   --out DIR          keep console.log, output, result, qemu.stderr there
 #                      (default: a temporary directory, kept only on failure)
@@ -52,7 +56,7 @@ case "$arch" in
 esac
 prog="nested[$arch]"
 
-files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 mem=2048
+files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=300 mem=2048
 out='' quiet=0 check=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -63,6 +67,7 @@ while [ $# -gt 0 ]; do
     --cwd) cwd=$2; shift 2 ;;
     --timeout) deadline=$2; shift 2 ;;
     --boot-timeout) boot_timeout=$2; shift 2 ;;
+    --stall) stall=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
@@ -72,7 +77,7 @@ while [ $# -gt 0 ]; do
     *) fail "unknown option '$1' (see $0 --help)" ;;
   esac
 done
-for n in "$deadline" "$boot_timeout" "$mem"; do
+for n in "$deadline" "$boot_timeout" "$stall" "$mem"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || fail "'$n' is not a positive whole number"
 done
 
@@ -206,26 +211,42 @@ qpid=$!
 
 start_marker="@@boxdesk-nested:$nonce:start@@"
 end_marker="@@boxdesk-nested:$nonce:end "
-# CMD's output: the lines between the markers, less the CR a console adds.
+beat_marker="@@boxdesk-nested:$nonce:beat "
+# CMD's output: the lines between the markers, less the CR a console adds
+# and L1's heartbeats.
 extract='{ sub(/\r$/, "") }
   !on { if (index($0, s)) on = 1; next }
+  index($0, b) { next }
   { i = index($0, e); if (i) { if (i > 1) printf "%s", substr($0, 1, i - 1); exit } print; fflush() }'
 if [ "$quiet" = 0 ]; then
-  tail -s 0.1 -n +1 -F --pid="$qpid" "$log" 2>/dev/null | awk -v s="$start_marker" -v e="$end_marker" "$extract" &
+  tail -s 0.1 -n +1 -F --pid="$qpid" "$log" 2>/dev/null | awk -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" &
   streamer=$!
 fi
 
 limit=$((start + (deadline + boot_timeout) * 1000000))
-started_ms='' host_killed=0
+started_ms='' host_killed=0 stalled=0 beats=0 beat_at=0 tick=0
 while kill -0 "$qpid" 2>/dev/null; do
   now=${EPOCHREALTIME/./}
   if [ -z "$started_ms" ] && grep -qF "$start_marker" "$log"; then
     started_ms=$(((now - start) / 1000))
+    beat_at=$now
   fi
   if [ "$now" -gt "$limit" ]; then
     kill -KILL "$qpid" 2>/dev/null || true
     host_killed=1
     break
+  fi
+  # Every 5 s once CMD runs: has L1 beaten since?
+  tick=$((tick + 1))
+  if [ -n "$started_ms" ] && [ $((tick % 100)) = 0 ]; then
+    n=$(grep -cF "$beat_marker" "$log" || true)
+    if [ "$n" != "$beats" ]; then
+      beats=$n beat_at=$now
+    elif [ $((now - beat_at)) -gt $((stall * 1000000)) ] && ! grep -qF "$end_marker" "$log"; then
+      kill -KILL "$qpid" 2>/dev/null || true
+      stalled=1
+      break
+    fi
   fi
   sleep 0.05
 done
@@ -242,7 +263,7 @@ if [ -z "$started_ms" ] && grep -qF "$start_marker" "$log"; then
   started_ms=$wall_ms # seen only after qemu was gone: at most this
 fi
 
-awk -v s="$start_marker" -v e="$end_marker" "$extract" "$log" >"$out/output"
+awk -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" "$log" >"$out/output"
 end=$(awk -v e="$end_marker" '{ i = index($0, e); if (i) { r = substr($0, i + length(e)); sub(/@@.*/, "", r); print r; exit } }' "$log")
 
 status=failed rc='' reason=''
@@ -251,7 +272,10 @@ case "$end" in
   timeout) status=timeout reason="CMD killed at its ${deadline} s deadline" ;;
   setup-failed*) reason="L1 setup failed:${end#setup-failed:}" ;;
   *)
-    if [ "$host_killed" = 1 ]; then
+    if [ "$stalled" = 1 ]; then
+      last=$(grep -F "$beat_marker" "$log" | tail -n 3 | sed "s/.*:beat //; s/@@.*//" | paste -sd, - || true)
+      reason="L1 stopped responding: no heartbeat for $stall s ($beats beats; the last said: ${last:-none}); qemu killed"
+    elif [ "$host_killed" = 1 ]; then
       reason="no end marker after $((deadline + boot_timeout)) s; qemu killed"
     else
       reason="qemu exited ($qrc) without the end marker"

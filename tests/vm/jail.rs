@@ -2,7 +2,8 @@
 //! a running helper is filtered, a vCPU that makes a forbidden call takes
 //! the helper down with a `SECCOMP` line the CLI passes on, and a VM with
 //! every device class (vsock, virtio-fs, virtio-gpu/input, the control
-//! socket's display lease) does its work under the filters.
+//! socket's display lease) does its work under the filters, in a mount
+//! namespace of its own where it sees only its own paths.
 
 use super::{can_boot, kvm_env};
 use crate::support;
@@ -25,6 +26,46 @@ fn thread_status(pid: u32) -> Vec<(String, String, String)> {
         out.push((field("Name:"), field("Seccomp:"), field("NoNewPrivs:")));
     }
     out
+}
+
+/// The helper at `pid` sees only its own paths: every mount in its mount
+/// namespace is its new root, a device, its runtime or state dir, the
+/// share at `share`, the image, or its own `/proc/PID`.
+fn assert_only_its_view(pid: u32, env: &support::TestEnv, share: &std::path::Path) {
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let points: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .collect();
+    let mut allowed: Vec<String> = ["/dev/kvm", "/dev/null", "/dev/zero", "/dev/urandom"]
+        .map(String::from)
+        .to_vec();
+    allowed.push(format!("/proc/{pid}"));
+    for p in [env.runtime(), env.state_of("jail1"), share.to_owned()] {
+        allowed.push(p.display().to_string());
+    }
+    if let Some(images) = std::env::var_os("BOXDESK_IMAGE_DIR") {
+        allowed.push(std::path::PathBuf::from(images).display().to_string());
+    }
+    for p in &points {
+        assert!(
+            *p == "/" || allowed.iter().any(|a| p.starts_with(a.as_str())),
+            "the helper sees {p}; its mounts: {points:?}"
+        );
+    }
+    assert!(
+        points.contains(&format!("/proc/{pid}").as_str()),
+        "{points:?}"
+    );
+    let root = format!("/proc/{pid}/root");
+    for gone in ["etc/passwd", "home", "usr/bin", "root"] {
+        assert!(
+            std::fs::symlink_metadata(format!("{root}/{gone}")).is_err(),
+            "the helper sees /{gone}"
+        );
+    }
+    assert!(std::path::Path::new(&format!("{root}/dev/kvm")).exists());
+    println!("the helper's mounts: {points:?}");
 }
 
 #[test]
@@ -69,9 +110,21 @@ fn every_thread_of_a_running_vm_helper_has_a_seccomp_filter_and_its_devices_stil
         );
     }
     println!("jailed threads: {threads:?}");
+    if nix::unistd::geteuid().is_root() {
+        assert_only_its_view(pid, &env, dir.path());
+    } else {
+        // A user may not look into a process no one may dump.
+        println!("the helper's mounts are checked as root only");
+    }
     let out = env.run(["stop", "jail1"]);
     assert_eq!(out.code(), 0, "{out}");
     assert!(support::wait_gone(pid), "the helper outlived stop");
+    // Its reaper, outside the view, finished the end.
+    assert!(!env.state_of("jail1").exists(), "the state dir stayed");
+    assert!(
+        !env.runtime().join("jail1.lock").exists(),
+        "the lock file stayed"
+    );
     let log = std::fs::read_to_string(env.runtime().join("jail1.log")).unwrap_or_default();
     assert!(!log.contains("SECCOMP"), "{log}");
 }

@@ -26,6 +26,7 @@
 
 mod allow;
 mod sigsys;
+pub mod view;
 
 use std::collections::BTreeMap;
 

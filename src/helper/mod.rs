@@ -20,6 +20,9 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[cfg(target_os = "linux")]
+mod view;
+
 use boxdesk_sandbox::keeper::{End, Keeper, KeeperError};
 use boxdesk_sandbox::running::{Ended, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError};
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
@@ -85,6 +88,12 @@ pub enum HelperError {
     /// The sandbox could not start, or its agent never answered.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// The VM helper could not enter its own view of the file system.
+    #[cfg(target_os = "linux")]
+    #[error(
+        "cannot jail the VM helper (BOXDESK_JAIL=off runs it unjailed, which is not recommended)"
+    )]
+    View(#[source] boxdesk_vmm::jail::view::ViewError),
     /// Some other system call failed.
     #[error("{what}")]
     Os {
@@ -102,7 +111,7 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> HelperError {
 
 /// Runs the helper; returns only on a startup failure (after cleaning up
 /// what it made). Once running, it ends the process itself.
-pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError> {
+pub fn run(mut opts: HelperOptions) -> Result<std::convert::Infallible, HelperError> {
     // Before any thread exists, so every thread inherits the mask and
     // only the signal thread takes these.
     let mut signals = SigSet::empty();
@@ -118,6 +127,13 @@ pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError>
 
     let on_stop = Box::new(|| std::process::exit(0));
     let (keeper, control) = Keeper::claim(&opts.name, opts.keep, opts.reuse, on_stop)?;
+    // A VM helper's view of the file system, while it has one thread.
+    #[cfg(target_os = "linux")]
+    if opts.vm.is_some() && !view::jail_off() {
+        if let Err(e) = view::enter(&mut opts, &keeper) {
+            return Err(fail(&keeper, e));
+        }
+    }
     let k = Arc::clone(&keeper);
     let spawned = std::thread::Builder::new()
         .name("signals".into())
@@ -186,7 +202,7 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
         let boot = boxdesk_vmm::sandbox::Boot {
             kernel: v.kernel.clone(),
             initrd: v.initrd.clone(),
-            jail: true,
+            jail: jail(),
         };
         let vm = boxdesk_vmm::sandbox::VmSandbox::start(
             &spec,
@@ -197,6 +213,14 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
         return Ok(Box::new(vm));
     }
     namespace(&spec, keeper)
+}
+
+/// Whether a VM helper jails itself (`BOXDESK_JAIL=off` says not).
+fn jail() -> bool {
+    #[cfg(target_os = "linux")]
+    return !view::jail_off();
+    #[cfg(not(target_os = "linux"))]
+    return true;
 }
 
 /// The namespace backend: the agent's socket in the state dir (never
