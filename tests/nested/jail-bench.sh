@@ -3,8 +3,9 @@
 #   tests/nested/jail-bench.sh [x86_64|aarch64] [ROUNDS]
 # In the same L1, alternating round by round: `boxdesk bench boot --runs 1`
 # and 64 MiB guest → host over vsock (`exec head -c 64M /dev/zero`), once
-# with the seccomp filters (the default) and once with BOXDESK_SECCOMP=off
-# (the process steps only). Prints every figure and each side's median;
+# with the seccomp filters (the default), once with BOXDESK_SECCOMP=off
+# (the helper's own view of the file system and the process steps only)
+# and once with BOXDESK_JAIL=off (no jail at all). Prints every figure and each side's median;
 # asserts nothing. Needs the image and a static boxdesk of ARCH.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,11 +36,12 @@ i=0
 while [ \$i -lt $rounds ]; do
   one filtered BOXDESK_X=1
   one unfiltered BOXDESK_SECCOMP=off
+  one unjailed BOXDESK_JAIL=off
   i=\$((i + 1))
 done
 EOF
 bash "$here/run.sh" "$arch" --hostroot --timeout 1800 -- /bin/sh -c "$script" | tee /tmp/jail-bench.$arch.out
-for side in filtered unfiltered; do
+for side in filtered unfiltered unjailed; do
   for field in boot_ms vsock_64MiB_ms; do
     med=$(awk -v s="$side" -v f="$field" '$1 == s { for (i = 2; i < NF; i++) if ($i == f) print $(i+1) }' "/tmp/jail-bench.$arch.out" | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
     echo "median $side $field: ${med:-?}"

@@ -75,7 +75,9 @@ fn a_helper_in_its_view_sees_its_paths_where_they_were_and_nothing_else_of_the_h
                 .bind(d.join("not-there"), true)
                 .bind("/dev/null", true)
                 .link(d.join("link"), "rw");
+            let t = std::time::Instant::now();
             view.enter().unwrap();
+            println!("entered in {} us", t.elapsed().as_micros());
             let checks = [
                 ("read rw", said(std::fs::read(d.join("rw/in")))),
                 ("write rw", said(std::fs::write(d.join("rw/out"), "x"))),
@@ -133,6 +135,11 @@ fn a_helper_in_its_view_sees_its_paths_where_they_were_and_nothing_else_of_the_h
         // (The first follows libtest's "test NAME ... ".)
         let line = |l: &str| l == want || l.ends_with(&format!(" ... {want}"));
         assert!(out.lines().any(line), "want {want:?} in:\n{out}");
+    }
+    // What entering costs (the README's figure).
+    if let Some(at) = out.find("entered in") {
+        let line = out[at..].lines().next().unwrap_or_default();
+        println!("{line} (6 paths and /proc/PID)");
     }
     // The write went to the host's directory, as the caller.
     let written = d.join("rw/out");
