@@ -111,7 +111,7 @@ fn os(what: &'static str) -> impl FnOnce(io::Error) -> HelperError {
 
 /// Runs the helper; returns only on a startup failure (after cleaning up
 /// what it made). Once running, it ends the process itself.
-pub fn run(mut opts: HelperOptions) -> Result<std::convert::Infallible, HelperError> {
+pub fn run(opts: HelperOptions) -> Result<std::convert::Infallible, HelperError> {
     // Before any thread exists, so every thread inherits the mask and
     // only the signal thread takes these.
     let mut signals = SigSet::empty();
@@ -127,7 +127,10 @@ pub fn run(mut opts: HelperOptions) -> Result<std::convert::Infallible, HelperEr
 
     let on_stop = Box::new(|| std::process::exit(0));
     let (keeper, control) = Keeper::claim(&opts.name, opts.keep, opts.reuse, on_stop)?;
-    // A VM helper's view of the file system, while it has one thread.
+    // A VM helper's view of the file system, while it has one thread (it
+    // pins the image it finds in `opts`).
+    #[cfg(target_os = "linux")]
+    let mut opts = opts;
     #[cfg(target_os = "linux")]
     if opts.vm.is_some() && !view::jail_off() {
         if let Err(e) = view::enter(&mut opts, &keeper) {
