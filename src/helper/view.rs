@@ -44,14 +44,17 @@ fn view(opts: &mut HelperOptions, keeper: &Keeper) -> View {
     }
     view.bind(&keeper.state().dir, true);
     if let Some(vm) = opts.vm.as_mut() {
+        // Absolute: inside the view the helper's working directory is `/`.
         let arch = std::env::consts::ARCH;
         if let Ok(image) = boxdesk_vmm::image::find(arch, vm.kernel.clone(), vm.initrd.clone()) {
-            view.bind(&image.kernel, false).bind(&image.initrd, false);
-            vm.kernel = Some(image.kernel);
-            vm.initrd = Some(image.initrd);
+            let (kernel, initrd) = (absolute(image.kernel), absolute(image.initrd));
+            view.bind(&kernel, false).bind(&initrd, false);
+            vm.kernel = Some(kernel);
+            vm.initrd = Some(initrd);
         }
-        if let Some((disk, writable)) = &vm.rootfs {
-            view.bind(disk, *writable);
+        if let Some((disk, writable)) = vm.rootfs.as_mut() {
+            *disk = absolute(std::mem::take(disk));
+            view.bind(&*disk, *writable);
         }
     }
     for share in &opts.shares {
@@ -72,6 +75,11 @@ fn view(opts: &mut HelperOptions, keeper: &Keeper) -> View {
         }
     }
     view
+}
+
+/// `path` made absolute against the working directory (symlinks kept).
+fn absolute(path: std::path::PathBuf) -> std::path::PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// Forks the reaper, then enters the view; call it while the helper has

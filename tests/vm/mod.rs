@@ -302,17 +302,22 @@ fn a_rootfs_image_becomes_the_guests_root_under_a_writable_overlay_and_stays_unc
     let before = std::fs::read(&img).unwrap();
     let env = kvm_env();
     let script = "cat /marker; echo written > /new; cat /new; cat /run/boxdesk-rootfs-error 2>/dev/null; true";
-    let out = env.run([
+    // Named relative to the working directory, as a user would: the
+    // helper, whose own view of the file system has `/` as its working
+    // directory, finds it all the same.
+    let mut cmd = env.cmd([
         "run",
         "--backend",
         "kvm",
         "--rootfs",
-        img.to_str().unwrap(),
+        "test-rootfs.ext4",
         "--",
         "sh",
         "-c",
         script,
     ]);
+    cmd.current_dir(img.parent().unwrap());
+    let out = crate::support::output(cmd);
     assert_eq!(out.code(), 0, "{out}");
     assert_eq!(out.stdout, "boxdesk-rootfs\nwritten\n", "{out}");
     assert!(

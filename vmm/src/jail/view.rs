@@ -47,6 +47,10 @@ pub enum ViewError {
     /// A listed path is not there.
     #[error("{} is not there to be placed in the VM helper's view", .0.display())]
     Missing(PathBuf),
+    /// A path the view cannot hold at its own place: `/` itself (the
+    /// view would be the whole file system) or one with `..` in it.
+    #[error("the VM helper's view cannot hold {} (only paths below /, without ..)", .0.display())]
+    Unplaceable(PathBuf),
     /// A directory stayed open from the old file system.
     #[error("descriptor {0} is a directory outside the VM helper's view; it would be a way out")]
     OpenDirectory(i32),
@@ -116,6 +120,16 @@ impl View {
     /// Makes this view the process's whole file system; see the module
     /// doc. Call it while the process has one thread.
     pub fn enter(&self) -> Result<(), ViewError> {
+        for (path, _) in &self.entries {
+            let plain = path.is_absolute()
+                && path.components().count() > 1
+                && path
+                    .components()
+                    .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+            if !plain {
+                return Err(ViewError::Unplaceable(path.to_owned()));
+            }
+        }
         let threads = count_threads()?;
         if threads != 1 {
             return Err(ViewError::Threads(threads));
@@ -144,9 +158,6 @@ impl View {
         // host's tree is still in view; attached in the new root later.
         let mut placed = Vec::new();
         for (path, entry) in self.ordered() {
-            if !path.is_absolute() {
-                return Err(ViewError::Missing(path.to_owned()));
-            }
             let source = match entry {
                 Entry::Bind { .. } => match clone_tree(path) {
                     Ok(fd) => Some(fd),
@@ -200,12 +211,17 @@ impl View {
         std::os::unix::fs::symlink(std::process::id().to_string(), new.join("proc/self"))
             .map_err(step("link /proc/self"))?;
 
-        // Nothing more is created: the new root is read-only.
+        // Nothing more is created: the new root is read-only (this mount,
+        // not its superblock).
         mount(
             None::<&str>,
             new,
             None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            MsFlags::MS_BIND
+                | MsFlags::MS_REMOUNT
+                | MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NODEV,
             None::<&str>,
         )
         .map_err(nix_step("make the new root read-only"))?;

@@ -152,9 +152,18 @@ fn a_helper_in_its_view_sees_its_paths_where_they_were_and_nothing_else_of_the_h
 }
 
 #[test]
-fn a_view_is_refused_to_a_process_with_a_second_thread_or_an_open_directory() {
-    const NAME: &str = "jail::view::tests::a_view_is_refused_to_a_process_with_a_second_thread_or_an_open_directory";
+fn a_view_is_refused_to_a_process_with_a_second_thread_or_an_open_directory_and_for_slash_or_dotdot(
+) {
+    const NAME: &str = "jail::view::tests::a_view_is_refused_to_a_process_with_a_second_thread_or_an_open_directory_and_for_slash_or_dotdot";
     if let Some(d) = child_dir() {
+        // Checked before anything else: `/` itself and `..` cannot be placed.
+        for bad in ["/", "/tmp/../etc"] {
+            let refused = View::new().bind(bad, false).enter();
+            println!(
+                "{bad}: {}",
+                refused.map_or_else(|e| e.to_string(), |()| "entered".into())
+            );
+        }
         // libtest's main thread and this test's: two at least.
         let refused = View::new().enter();
         println!(
@@ -175,7 +184,64 @@ fn a_view_is_refused_to_a_process_with_a_second_thread_or_an_open_directory() {
     let out = in_child(NAME, t.path());
     assert!(out.contains("with threads: the VM helper has "), "{out}");
     assert!(
+        out.contains("/: the VM helper's view cannot hold / "),
+        "{out}"
+    );
+    assert!(
+        out.contains("/tmp/../etc: the VM helper's view cannot hold /tmp/../etc "),
+        "{out}"
+    );
+    assert!(
         out.contains("which it would be a way out") || out.contains("it would be a way out"),
         "{out}"
     );
+}
+
+#[test]
+fn a_writable_path_inside_a_read_only_one_stays_writable_and_one_inside_a_writable_one_adds_no_mount(
+) {
+    const NAME: &str = "jail::view::tests::a_writable_path_inside_a_read_only_one_stays_writable_and_one_inside_a_writable_one_adds_no_mount";
+    if let Some(d) = child_dir() {
+        in_fork(move || {
+            let mut view = View::new();
+            view.bind(d.join("ro"), false)
+                .bind(d.join("ro/state"), true)
+                .bind(d.join("rw"), true)
+                .bind(d.join("rw/inner"), true);
+            view.enter().unwrap();
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            let checks = [
+                ("write ro", said(std::fs::write(d.join("ro/x"), "x"))),
+                (
+                    "write ro/state",
+                    said(std::fs::write(d.join("ro/state/x"), "x")),
+                ),
+                (
+                    "write rw/inner",
+                    said(std::fs::write(d.join("rw/inner/x"), "x")),
+                ),
+                ("mounts", mounts.lines().count().to_string()),
+            ];
+            for (what, got) in checks {
+                println!("{what}: {got}");
+            }
+            0
+        });
+    }
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    for sub in ["ro/state", "rw/inner"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    let out = in_child(NAME, d);
+    // `/`, ro, ro/state, rw and /proc/PID: rw/inner is already there.
+    for want in [
+        "write ro: read-only",
+        "write ro/state: ok",
+        "write rw/inner: ok",
+        "mounts: 5",
+    ] {
+        let line = |l: &str| l == want || l.ends_with(&format!(" ... {want}"));
+        assert!(out.lines().any(line), "want {want:?} in:\n{out}");
+    }
 }
