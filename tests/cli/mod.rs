@@ -578,7 +578,21 @@ fn killing_a_foreground_run_stops_its_sandbox() {
     child.wait().unwrap();
     assert!(support::wait_gone(helper), "the helper outlived its CLI");
     assert!(!env.sock("orphan").exists());
-    assert!(!env.state_of("orphan").exists());
+    let state = env.state_of("orphan");
+    if state.exists() {
+        // What it left says why (an `ended` mark holds the reason).
+        let left: Vec<String> = fs::read_dir(&state)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| {
+                        let text = fs::read_to_string(e.path()).unwrap_or_default();
+                        format!("{}: {text:?}", e.file_name().to_string_lossy())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        panic!("the state dir stayed, holding {left:?}");
+    }
 }
 
 /// Reads the PTY master `pty` into `seen` until `want` appears (carriage

@@ -50,6 +50,23 @@ fn in_fork(f: impl FnOnce() -> i32) -> ! {
     }
 }
 
+/// Prints each check as `what: got` for the parent; the fork's exit code.
+fn print_checks(checks: &[(&str, String)]) -> i32 {
+    for (what, got) in checks {
+        println!("{what}: {got}");
+    }
+    0
+}
+
+/// Asserts that each of `wants` is a line of the child's `out` (the first
+/// follows libtest's "test NAME ... ").
+fn assert_lines(out: &str, wants: &[&str]) {
+    for want in wants {
+        let line = |l: &str| l == *want || l.ends_with(&format!(" ... {want}"));
+        assert!(out.lines().any(line), "want {want:?} in:\n{out}");
+    }
+}
+
 /// What an I/O result says, in a word.
 fn said<T>(r: std::io::Result<T>) -> String {
     match r {
@@ -101,10 +118,7 @@ fn a_helper_in_its_view_sees_its_paths_where_they_were_and_nothing_else_of_the_h
                 ("new at root", said(std::fs::write("/new", "x"))),
                 ("new beside", said(std::fs::write(d.join("beside"), "x"))),
             ];
-            for (what, got) in checks {
-                println!("{what}: {got}");
-            }
-            0
+            print_checks(&checks)
         });
     }
     let t = tempfile::tempdir().unwrap();
@@ -116,26 +130,25 @@ fn a_helper_in_its_view_sees_its_paths_where_they_were_and_nothing_else_of_the_h
     std::fs::write(d.join("image"), "kernel").unwrap();
     std::fs::write(d.join("secret"), "s").unwrap();
     let out = in_child(NAME, d);
-    for want in [
-        "read rw: ok",
-        "write rw: ok",
-        "read ro: ok",
-        "write ro: read-only",
-        "read image: ok",
-        "write image: read-only",
-        "through link: ok",
-        "secret: missing",
-        "/etc/passwd: missing",
-        "/proc/1: missing",
-        "/proc/self/fd: ok",
-        "/dev/null: ok",
-        "new at root: read-only",
-        "new beside: read-only",
-    ] {
-        // (The first follows libtest's "test NAME ... ".)
-        let line = |l: &str| l == want || l.ends_with(&format!(" ... {want}"));
-        assert!(out.lines().any(line), "want {want:?} in:\n{out}");
-    }
+    assert_lines(
+        &out,
+        &[
+            "read rw: ok",
+            "write rw: ok",
+            "read ro: ok",
+            "write ro: read-only",
+            "read image: ok",
+            "write image: read-only",
+            "through link: ok",
+            "secret: missing",
+            "/etc/passwd: missing",
+            "/proc/1: missing",
+            "/proc/self/fd: ok",
+            "/dev/null: ok",
+            "new at root: read-only",
+            "new beside: read-only",
+        ],
+    );
     // What entering costs (the README's figure).
     if let Some(at) = out.find("entered in") {
         let line = out[at..].lines().next().unwrap_or_default();
@@ -222,10 +235,7 @@ fn a_writable_path_inside_a_read_only_one_stays_writable_and_one_inside_a_writab
                 ),
                 ("mounts", mounts.lines().count().to_string()),
             ];
-            for (what, got) in checks {
-                println!("{what}: {got}");
-            }
-            0
+            print_checks(&checks)
         });
     }
     let t = tempfile::tempdir().unwrap();
@@ -235,13 +245,13 @@ fn a_writable_path_inside_a_read_only_one_stays_writable_and_one_inside_a_writab
     }
     let out = in_child(NAME, d);
     // `/`, ro, ro/state, rw and /proc/PID: rw/inner is already there.
-    for want in [
-        "write ro: read-only",
-        "write ro/state: ok",
-        "write rw/inner: ok",
-        "mounts: 5",
-    ] {
-        let line = |l: &str| l == want || l.ends_with(&format!(" ... {want}"));
-        assert!(out.lines().any(line), "want {want:?} in:\n{out}");
-    }
+    assert_lines(
+        &out,
+        &[
+            "write ro: read-only",
+            "write ro/state: ok",
+            "write rw/inner: ok",
+            "mounts: 5",
+        ],
+    );
 }
