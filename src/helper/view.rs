@@ -140,12 +140,9 @@ fn reap(h: &Handover, gone: OwnedFd) -> ! {
 /// Whether `path` is the file open at `fd`.
 fn same_file(path: &Path, fd: RawFd) -> bool {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: an all-zero stat is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; a bad descriptor only fails.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+    let Ok(st) = nix::sys::stat::fstat(fd) else {
         return false;
-    }
+    };
     std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == st.st_dev && m.ino() == st.st_ino)
 }
 

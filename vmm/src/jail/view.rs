@@ -75,6 +75,14 @@ enum Entry {
     Link(PathBuf),
 }
 
+/// An entry ready to be placed in the new root.
+enum Place<'a> {
+    /// The detached copy of a path's mounts, and whether it is writable.
+    Tree(OwnedFd, bool),
+    /// A symlink's target.
+    Link(&'a Path),
+}
+
 /// What a jailed helper sees, path by path.
 #[derive(Debug, Clone, Default)]
 pub struct View {
@@ -104,11 +112,6 @@ impl View {
     pub fn link(&mut self, path: impl Into<PathBuf>, target: impl Into<PathBuf>) -> &mut View {
         self.entries.push((path.into(), Entry::Link(target.into())));
         self
-    }
-
-    /// The paths listed, in the order they are placed (parents first).
-    pub fn paths(&self) -> Vec<&Path> {
-        self.ordered().into_iter().map(|(p, _)| p).collect()
     }
 
     fn ordered(&self) -> Vec<(&Path, &Entry)> {
@@ -158,9 +161,9 @@ impl View {
         // host's tree is still in view; attached in the new root later.
         let mut placed = Vec::new();
         for (path, entry) in self.ordered() {
-            let source = match entry {
-                Entry::Bind { .. } => match clone_tree(path) {
-                    Ok(fd) => Some(fd),
+            let place = match entry {
+                Entry::Bind { writable } => match clone_tree(path) {
+                    Ok(tree) => Place::Tree(tree, *writable),
                     // Nothing there, nothing to show: what needed it fails
                     // later as it would have (a `--kernel` that is not there).
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -168,9 +171,9 @@ impl View {
                         return Err(step(format!("take {} into the view", path.display()))(e))
                     }
                 },
-                Entry::Link(_) => None,
+                Entry::Link(target) => Place::Link(target),
             };
-            placed.push((path, entry, source));
+            placed.push((path, place));
         }
         let own = PathBuf::from(format!("/proc/{}", std::process::id()));
         let own_fd = clone_tree(&own).map_err(step("take /proc/PID into the view"))?;
@@ -178,10 +181,10 @@ impl View {
         let new = Path::new("/tmp");
         tmpfs(new, "mode=0755,size=1m")?;
         let mut bound: Vec<(&Path, bool)> = Vec::new();
-        for (path, entry, source) in placed {
+        for (path, place) in placed {
             let at = beneath(new, path);
-            match (entry, source) {
-                (Entry::Bind { writable }, Some(fd)) => {
+            match place {
+                Place::Tree(fd, writable) => {
                     let outer = bound.iter().rev().find(|(b, _)| path.starts_with(b));
                     if outer.is_some_and(|&(_, w)| w || !writable) && same_file(&fd, &at) {
                         // Already there, as writable as it must be.
@@ -192,15 +195,14 @@ impl View {
                     } else if std::fs::symlink_metadata(&at).is_err() {
                         return Err(ViewError::Missing(path.to_owned()));
                     }
-                    bind(&fd, &at, *writable)?;
-                    bound.push((path, *writable));
+                    bind(&fd, &at, writable)?;
+                    bound.push((path, writable));
                 }
-                (Entry::Link(target), _) => {
+                Place::Link(target) => {
                     make_parents(&at)?;
                     std::os::unix::fs::symlink(target, &at)
                         .map_err(step(format!("link {}", path.display())))?;
                 }
-                (Entry::Bind { .. }, None) => unreachable!("a bind has a source"),
             }
         }
         // /proc: only this process's own directory, as /proc/self too.
@@ -295,11 +297,8 @@ fn attach(tree: &OwnedFd, at: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn fd_stat(fd: &OwnedFd) -> Option<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat writes into the stat we own; `fd` is open.
-    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then_some(st)
+fn fd_stat(fd: &OwnedFd) -> Option<nix::sys::stat::FileStat> {
+    nix::sys::stat::fstat(fd.as_raw_fd()).ok()
 }
 
 fn is_dir(fd: &OwnedFd) -> bool {
@@ -435,12 +434,10 @@ fn no_open_directories() -> Result<(), ViewError> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     for fd in fds {
-        // SAFETY: an all-zero stat is a valid value of this plain C struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat writes into the stat we own; a descriptor closed
-        // since the listing (the listing's own) fails with EBADF.
-        let is_open = unsafe { libc::fstat(fd, &mut st) } == 0;
-        if is_open && st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        // A descriptor closed since the listing (the listing's own) fails.
+        let is_dir =
+            nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        if is_dir {
             return Err(ViewError::OpenDirectory(fd));
         }
     }
