@@ -29,6 +29,12 @@ fn main() {
     if cli::started_as_cowork_helper(&argv0) {
         std::process::exit(cli::as_cowork_helper());
     }
+    // Under the runtime's name, boxdesk is an OCI runtime (runc's command
+    // line): what podman's `--runtime` and containerd's `BinaryName` run.
+    #[cfg(target_os = "linux")]
+    if cli::oci::started_as_runtime(&argv0) {
+        std::process::exit(cli::oci::main(std::env::args_os().skip(1)));
+    }
     std::process::exit(cli::main());
 }
 

@@ -127,6 +127,9 @@ pub fn run(config: Config) -> Result<(), AgentError> {
         crate::Listen::Fd(fd) => Some(crate::listen::adopt(fd)?),
         _ => None,
     };
+    // Whatever else was inherited (a container's sandbox runs the agent
+    // from a descriptor to its binary) reaches no process the agent starts.
+    crate::limits::cloexec_inherited();
     // EPIPE on a closed socket ends one session, never the agent.
     // SAFETY: SIG_IGN installs no handler code.
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };

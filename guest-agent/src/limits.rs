@@ -116,6 +116,27 @@ pub fn limit_tasks(max: u64) -> Result<(), LimitsError> {
     Ok(())
 }
 
+/// Marks every descriptor above stderr close-on-exec (`close_range`, Linux
+/// 5.11; older kernels keep them, which only a container's agent has).
+pub fn cloexec_inherited() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range takes no pointers; it only sets descriptor flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc != 0 {
+        log!(
+            "cannot mark inherited descriptors close-on-exec: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -350,9 +350,16 @@ impl<'w> Pump<'w> {
                 None => self.queue(Frame::error("Resize on a pipe exec ignored (no PTY)")),
             },
             Frame::Signal(sig) => {
+                // A negative number is for the exec's own process only (an
+                // OCI container's init, as `kill` means it), a positive one
+                // for its whole process group.
+                let Some(n) = sig.checked_abs() else {
+                    return Err(self.fail(&format!("EINVAL: signal {sig}")));
+                };
+                let target = if sig < 0 { self.pid } else { -self.pid };
                 // SAFETY: kill has no memory arguments; -pid is the
                 // exec's own process group (the child called setsid).
-                if unsafe { libc::kill(-self.pid, sig) } != 0 {
+                if unsafe { libc::kill(target, n) } != 0 {
                     let e = io::Error::last_os_error();
                     if e.raw_os_error() != Some(libc::ESRCH) {
                         return Err(self.fail(&format!("EINVAL: signal {sig}: {e}")));

@@ -37,6 +37,7 @@ pub mod limits;
 pub mod names;
 pub mod pathcode;
 pub mod probe;
+pub mod procstat;
 pub mod report;
 pub mod screen;
 pub mod socket;

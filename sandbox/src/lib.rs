@@ -33,6 +33,7 @@
 pub mod cgroup;
 pub mod client;
 pub mod conn;
+pub mod container;
 pub mod control;
 pub mod forward;
 pub mod keeper;

@@ -173,6 +173,10 @@ pub struct SandboxSpec {
     /// A display of this width and height (a virtio-gpu scanout, keyboard
     /// and tablet), where the backend has one; `None`: no display.
     pub display: Option<(u32, u32)>,
+    /// An OCI container's own layout (its root, mounts, capabilities, …):
+    /// the sandbox is that container. A backend that cannot honour one
+    /// refuses the spec.
+    pub container: Option<crate::container::Layout>,
 }
 
 impl SandboxSpec {
@@ -190,6 +194,7 @@ impl SandboxSpec {
             rootfs: Rootfs::Default,
             relays: Vec::new(),
             display: None,
+            container: None,
         }
     }
 

@@ -114,6 +114,9 @@ pub enum SeccompError {
     /// seccompiler refused a whole filter: a bug in this module's tables.
     #[error("cannot compile the seccomp filter")]
     Compile(#[from] seccompiler::BackendError),
+    /// More programs than the sandbox has descriptors set aside for.
+    #[error("{0} seccomp programs are more than a sandbox takes")]
+    TooMany(usize),
 }
 
 /// When a listed system call is refused. Arguments are compared on their
@@ -294,7 +297,8 @@ const ARCH_ONLY: &[Deny] = &[
 const ARCH_ONLY: &[Deny] = &[];
 
 /// The architecture seccompiler compiles for: the host's.
-fn target_arch() -> Result<TargetArch, SeccompError> {
+/// This host's architecture as seccompiler names it.
+pub fn target_arch() -> Result<TargetArch, SeccompError> {
     match std::env::consts::ARCH {
         "x86_64" => Ok(TargetArch::x86_64),
         "aarch64" => Ok(TargetArch::aarch64),
@@ -403,8 +407,9 @@ fn x32_program(errno: u32) -> BpfProgram {
     ]
 }
 
-/// A program as `struct sock_filter[]` bytes in native byte order.
-fn to_bytes(prog: &[sock_filter]) -> Vec<u8> {
+/// A program as the `struct sock_filter[]` bytes (native byte order)
+/// bwrap's `--add-seccomp-fd` reads.
+pub fn to_bytes(prog: &[sock_filter]) -> Vec<u8> {
     let mut out = Vec::with_capacity(prog.len() * 8);
     for i in prog {
         out.extend_from_slice(&i.code.to_ne_bytes());

@@ -183,7 +183,36 @@ fn send(w: &Writer, control: Control) -> Result<(), client::AgentError> {
 /// ends the client, and so does a frame left half-sent for 10 s: the main
 /// thread never blocks on the agent without a limit.
 pub fn run_session(conn: Connection, exec: Exec, pty: bool, name: &str) -> anyhow::Result<i32> {
-    let signals = tty::forwarded_signals();
+    run_session_as(conn, exec, pty, name, Relay::Client)
+}
+
+/// Whose exec a session relays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// A user's client (`exec`, `run`): SIGINT, SIGTERM, SIGHUP and SIGQUIT
+    /// forwarded, a third interrupt or an agent silent after one gives up.
+    Client,
+    /// A container's process (`boxdesk oci`): its monitor is the process
+    /// engines signal, so every catchable terminating signal is forwarded
+    /// and the relay lasts as long as the process, whatever it ignores.
+    Container,
+}
+
+/// [`run_session`] for `relay`.
+pub fn run_session_as(
+    conn: Connection,
+    exec: Exec,
+    pty: bool,
+    name: &str,
+    relay: Relay,
+) -> anyhow::Result<i32> {
+    let mut signals = tty::forwarded_signals();
+    #[cfg(target_os = "linux")]
+    if relay == Relay::Container {
+        for s in tty::CONTAINER_SIGNALS {
+            signals.add(*s);
+        }
+    }
     tty::block(&signals).context("blocking signals")?;
     let mut signals = Signals::new(&signals).context("watching signals")?;
     let size = pty.then(tty::window_size);
@@ -221,10 +250,13 @@ pub fn run_session(conn: Connection, exec: Exec, pty: bool, name: &str) -> anyho
             let (sock_ready, sig_ready) = wait_readable(output.stream(), &signals, wait)?;
             if sig_ready {
                 while let Some(sig) = signals.next() {
-                    let Some(control) = signal_control(sig, pty, &mut interrupts) else {
+                    let Some(control) = signal_control(sig, pty, &mut interrupts, relay) else {
                         continue;
                     };
-                    if matches!(control, Control::Signal(_)) && answer_by.is_none() {
+                    if relay == Relay::Client
+                        && matches!(control, Control::Signal(_))
+                        && answer_by.is_none()
+                    {
                         answer_by = Some((Instant::now() + SIGNAL_GRACE, sig));
                     }
                     unsent.push_back(control);
@@ -308,13 +340,15 @@ fn forward_stdin(w: &Writer) {
     let _ = send(w, Control::EndOfStdin);
 }
 
-/// SIGWINCH becomes a Resize (PTY only; `None` otherwise); SIGINT/TERM/
-/// HUP/QUIT become signals for the command's process group. A third
+/// SIGWINCH becomes a Resize (PTY only; `None` otherwise); the others
+/// become signals for the command's process group. A client's third
 /// interrupt gives up on the agent and exits at once.
-fn signal_control(sig: Signal, pty: bool, interrupts: &mut u32) -> Option<Control> {
+fn signal_control(sig: Signal, pty: bool, interrupts: &mut u32, relay: Relay) -> Option<Control> {
     match sig {
         Signal::SIGWINCH if pty => Some(Control::Resize(tty::window_size())),
         Signal::SIGWINCH => None,
+        // A container's init alone, as an engine's `kill` means it.
+        other if relay == Relay::Container => Some(Control::Signal(-(other as i32))),
         other => {
             *interrupts += 1;
             if *interrupts >= 3 {

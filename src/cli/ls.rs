@@ -302,6 +302,34 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// What a sandbox whose keeper is gone left (state dir, log, cgroup, stale
+/// sockets, lock file), removed whether or not it was kept: an OCI
+/// container's `delete`. Nothing is touched while a keeper holds the name.
+#[cfg(target_os = "linux")]
+pub fn remove_remains(name: &str) {
+    let Ok((runtime, paths)) = super::sandbox_paths(name) else {
+        return;
+    };
+    // Held while cleaning, so no keeper claims the name meanwhile; its
+    // release removes the lock file.
+    let Ok(lock) = NameLock::acquire(&runtime, name) else {
+        return;
+    };
+    if let Some(state) = leftover(name) {
+        if let Err(e) = state.remove() {
+            tracing::warn!("cannot remove {}: {e}", state.dir.display());
+        }
+    }
+    let _ = fs::remove_file(&paths.log);
+    let _ = fs::remove_file(boxdesk_sandbox::log::rotated(&paths.log));
+    if let Err(e) = boxdesk_sandbox::cgroup::remove_leftover(name) {
+        tracing::warn!("cannot remove the cgroup of {name}: {e}");
+    }
+    let _ = socket::clear_if_stale(&paths.sock);
+    let _ = socket::clear_if_stale(&paths.agent);
+    lock.release();
+}
+
 /// How long a keeper that released the name may take to exit before it
 /// counts as one that outlives its sandbox (a helper exits at once).
 const OUTLIVES: Duration = Duration::from_millis(200);
@@ -330,25 +358,7 @@ fn clean_up_after(name: &str, paths: &SandboxPaths, state: &StateDir) {
     let _ = socket::clear_if_stale(&paths.agent);
 }
 
-/// `/proc/<pid>/stat`: (state, start time in clock ticks).
-fn stat(pid: i32) -> Option<(char, u64)> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces.
-    let rest = &text[text.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let state = fields.first()?.chars().next()?;
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
-}
-
-fn start_time(pid: i32) -> Option<u64> {
-    stat(pid).map(|(_, t)| t)
-}
-
-/// Still the same process, and not a zombie.
-fn alive(pid: i32, started: u64) -> bool {
-    matches!(stat(pid), Some((state, t)) if t == started && state != 'Z' && state != 'X')
-}
+use boxdesk_platform::procstat::{alive, start_time};
 
 #[cfg(test)]
 mod tests {
@@ -402,13 +412,5 @@ mod tests {
         let j: serde_json::Value = serde_json::from_str(&to_json(&[row])).unwrap();
         assert_eq!(j[0]["vcpus"], 2);
         assert_eq!(j[0]["backend"], "namespace");
-    }
-
-    #[test]
-    fn this_process_is_alive_by_its_own_start_time() {
-        let me = std::process::id() as i32;
-        let t = start_time(me).unwrap();
-        assert!(alive(me, t));
-        assert!(!alive(me, t + 1));
     }
 }

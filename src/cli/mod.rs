@@ -11,7 +11,9 @@ mod cowork;
 mod cp;
 mod doctor;
 mod exec;
-mod ls;
+pub(crate) mod ls;
+#[cfg(target_os = "linux")]
+pub mod oci;
 mod run;
 mod screenshot;
 mod signals;
@@ -107,6 +109,15 @@ enum Cmd {
     /// the time to agent ready and the helper's memory.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Run boxdesk as an OCI runtime (runc's command line), for podman,
+    /// containerd and CRI-O: `boxdesk oci --help`. Also as `boxdesk-oci`.
+    #[cfg(target_os = "linux")]
+    #[command(disable_help_flag = true)]
+    Oci {
+        /// The runtime's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// The Claude Desktop app's Cowork helper (Linux): serve its protocol
     /// on SOCKET (the app runs `HELPER -socket PATH`), put boxdesk in the
     /// place of the app's helper (install, uninstall, status), or explain
@@ -373,6 +384,10 @@ pub fn main() -> i32 {
     if let Cmd::Cowork(a) = cli.cmd {
         return cowork::run(a);
     }
+    #[cfg(target_os = "linux")]
+    if let Cmd::Oci { args } = cli.cmd {
+        return oci::main(args);
+    }
     let detached_helper = matches!(&cli.cmd, Cmd::Vmm(a) if !a.foreground);
     init_logging(detached_helper);
     let outcome = match cli.cmd {
@@ -389,6 +404,8 @@ pub fn main() -> i32 {
         Cmd::Bench(BenchCmd::Boot(a)) => bench::boot(a),
         Cmd::Vmm(a) => vmm(a),
         Cmd::Cowork(_) => unreachable!("handled above"),
+        #[cfg(target_os = "linux")]
+        Cmd::Oci { .. } => unreachable!("handled above"),
     };
     match outcome {
         Ok(code) => code,

@@ -123,6 +123,27 @@ pub fn restore() {
     }
 }
 
+/// What a container's monitor forwards besides [`forwarded_signals`]:
+/// the other signals an engine's `kill` may send that would end or stop
+/// a process (SIGKILL and SIGSTOP cannot be caught: they act on the
+/// monitor itself).
+#[cfg(target_os = "linux")]
+pub const CONTAINER_SIGNALS: &[Signal] = &[
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+    Signal::SIGPWR,
+    Signal::SIGCONT,
+    Signal::SIGTSTP,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
+    Signal::SIGVTALRM,
+    Signal::SIGPROF,
+    Signal::SIGXCPU,
+    Signal::SIGXFSZ,
+    Signal::SIGIO,
+];
+
 /// The signals the CLI forwards to the command instead of dying of them.
 pub fn forwarded_signals() -> SigSet {
     let mut set = SigSet::empty();

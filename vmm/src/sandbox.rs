@@ -83,6 +83,9 @@ pub enum VmSandboxError {
     /// A VM has no network device yet.
     #[error("the VM backend has no network device yet: a VM cannot have the host's network")]
     Net,
+    /// An OCI container's layout: the VM backend does not run containers.
+    #[error("the VM backend does not run OCI containers yet: use the namespace backend (annotation io.boxdesk.backend=namespace)")]
+    Container,
 }
 
 /// By hand, not `#[from]`: the cause is in the message, so it is not a
@@ -130,6 +133,9 @@ impl VmSandbox {
         agent: PathBuf,
         log: PathBuf,
     ) -> Result<Self, VmSandboxError> {
+        if spec.container.is_some() {
+            return Err(VmSandboxError::Container);
+        }
         let mounts = vm_mounts(spec)?;
         if spec.net != Net::None {
             return Err(VmSandboxError::Net);

@@ -64,6 +64,10 @@ pub struct ChildSetup {
     idmap: Option<super::idmap::MountAttr>,
     /// `(descriptor, where it must end up)`, applied last.
     place: Vec<(RawFd, RawFd)>,
+    /// Resource limits to set (a container's), before any id is dropped.
+    rlimits: Vec<crate::container::Rlimit>,
+    /// The OOM score adjustment to write, as decimal digits.
+    oom_score_adj: Option<CString>,
 }
 
 impl ChildSetup {
@@ -104,7 +108,16 @@ impl ChildSetup {
                 ..Default::default()
             }),
             place,
+            rlimits: Vec::new(),
+            oom_score_adj: None,
         })
+    }
+
+    /// Also sets these resource limits and this OOM score adjustment (a
+    /// container's) in the child, while it still may raise them.
+    pub fn set_limits(&mut self, rlimits: &[crate::container::Rlimit], oom_score_adj: Option<i32>) {
+        self.rlimits = rlimits.to_vec();
+        self.oom_score_adj = oom_score_adj.and_then(|v| CString::new(v.to_string()).ok());
     }
 
     /// Runs in the forked child, before exec.
@@ -132,6 +145,28 @@ impl ChildSetup {
             }
             if !self.stage.is_empty() {
                 self.stage()?;
+            }
+            for l in &self.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: l.soft,
+                    rlim_max: l.hard,
+                };
+                check(libc::setrlimit(l.resource as _, &lim))?;
+            }
+            if let Some(adj) = &self.oom_score_adj {
+                let fd = libc::open(
+                    c"/proc/self/oom_score_adj".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let len = adj.as_bytes().len();
+                let wrote = libc::write(fd, adj.as_ptr().cast(), len);
+                libc::close(fd);
+                if wrote != len as isize {
+                    return Err(io::Error::last_os_error());
+                }
             }
             if let Some((uid, gid)) = self.drop_to {
                 check(libc::setgroups(0, std::ptr::null()))?;

@@ -27,6 +27,7 @@
 //! a sandbox whose root is the host's root.
 
 pub mod child;
+pub mod container;
 pub mod idmap;
 pub mod ids;
 pub mod running;
@@ -53,6 +54,10 @@ pub const PATH_INSIDE: &str = crate::running::AGENT_PATH;
 pub const LISTEN_FD: RawFd = 3;
 /// The first descriptor bwrap reads a seccomp program from.
 const SECCOMP_FD: RawFd = 4;
+/// Where a container's sandbox finds the boxdesk binary it runs the agent
+/// from (`/proc/self/fd/N`): after its seccomp programs, which are fewer
+/// than this.
+pub const EXE_FD: RawFd = 20;
 /// Size of `/run`.
 const RUN_BYTES: u64 = 16 << 20;
 
@@ -214,6 +219,9 @@ pub struct Spec {
     pub tmp_bytes: u64,
     /// Most processes and threads the sandbox may hold at once.
     pub pids_max: u64,
+    /// An OCI container's layout: its root and mounts replace the host's
+    /// system and the fixed `/dev`, `/proc`, `/tmp`, `/run`.
+    pub container: Option<crate::container::Layout>,
 }
 
 impl Spec {
@@ -242,6 +250,7 @@ impl Spec {
             ids: IdMap::for_this_process(),
             tmp_bytes: DEFAULT_TMP_BYTES,
             pids_max: DEFAULT_PIDS,
+            container: None,
         })
     }
 
@@ -269,6 +278,7 @@ impl Spec {
                     .iter()
                     .map(|b| (b.host().to_owned(), matches!(b, Bind::Share { .. }))),
             )
+            .chain(self.container.iter().flat_map(container::sources))
             .collect()
     }
 }
@@ -283,7 +293,13 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     };
     push(&[&"--die-with-parent", &"--as-pid-1", &"--new-session"]);
     push(&[&"--unshare-user", &"--uid", &"0", &"--gid", &"0"]);
-    push(&[&"--cap-drop", &"ALL"]);
+    match &spec.container {
+        Some(layout) => a.extend(container::cap_args(layout)),
+        None => a.extend(["--cap-drop".into(), "ALL".into()]),
+    }
+    let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
+        a.extend(items.iter().map(|i| i.as_ref().to_owned()));
+    };
     push(&[
         &"--unshare-pid",
         &"--unshare-ipc",
@@ -293,28 +309,15 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     if !spec.net {
         push(&[&"--unshare-net"]);
     }
-    push(&[&"--hostname", &spec.name]);
-    // bwrap's new root is already a fresh tmpfs: nothing of the host's `/`
-    // is visible unless bound below.
-    for entry in &spec.host {
-        match entry {
-            HostEntry::Dir(p) => push(&[&"--ro-bind", p, p]),
-            HostEntry::Symlink { path, target } => push(&[&"--symlink", target, path]),
-        }
-    }
-    let tmp = spec.tmp_bytes.to_string();
-    push(&[&"--dev", &"/dev", &"--size", &tmp, &"--tmpfs", &"/dev/shm"]);
-    push(&[
-        &"--proc",
-        &"/proc",
-        &"--ro-bind",
-        &"/proc/sys",
-        &"/proc/sys",
-    ]);
-    push(&[&"--size", &tmp, &"--tmpfs", &"/tmp"]);
-    push(&[&"--size", &RUN_BYTES.to_string(), &"--tmpfs", &"/run"]);
+    let hostname = spec
+        .container
+        .as_ref()
+        .and_then(|c| c.hostname.as_deref())
+        .unwrap_or(&spec.name);
+    push(&[&"--hostname", &hostname]);
     // Staged paths stand in for the host's when bwrap runs as the
-    // subordinate id (see `child`): source 0 is the binary, then the binds.
+    // subordinate id (see `child`): source 0 is the binary, then the binds,
+    // then a container's root and binds.
     let staged = spec.ids.drop_from_root;
     let source = |i: usize, host: &Path| -> PathBuf {
         if staged {
@@ -323,6 +326,33 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
             host.to_owned()
         }
     };
+    if let Some(layout) = &spec.container {
+        a.extend(container::tree_args(layout, 1 + spec.binds.len(), &source));
+    }
+    let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
+        a.extend(items.iter().map(|i| i.as_ref().to_owned()));
+    };
+    if spec.container.is_none() {
+        // bwrap's new root is already a fresh tmpfs: nothing of the host's
+        // `/` is visible unless bound below.
+        for entry in &spec.host {
+            match entry {
+                HostEntry::Dir(p) => push(&[&"--ro-bind", p, p]),
+                HostEntry::Symlink { path, target } => push(&[&"--symlink", target, path]),
+            }
+        }
+        let tmp = spec.tmp_bytes.to_string();
+        push(&[&"--dev", &"/dev", &"--size", &tmp, &"--tmpfs", &"/dev/shm"]);
+        push(&[
+            &"--proc",
+            &"/proc",
+            &"--ro-bind",
+            &"/proc/sys",
+            &"/proc/sys",
+        ]);
+        push(&[&"--size", &tmp, &"--tmpfs", &"/tmp"]);
+        push(&[&"--size", &RUN_BYTES.to_string(), &"--tmpfs", &"/run"]);
+    }
     for (i, bind) in spec.binds.iter().enumerate() {
         let (flag, inside) = match bind {
             Bind::Rw { inside, .. }
@@ -340,8 +370,10 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
         };
         push(&[&flag, &source(i + 1, bind.host()), inside]);
     }
-    push(&[&"--ro-bind", &source(0, &spec.exe), &EXE_INSIDE]);
-    push(&[&"--remount-ro", &"/dev", &"--remount-ro", &"/"]);
+    if spec.container.is_none() {
+        push(&[&"--ro-bind", &source(0, &spec.exe), &EXE_INSIDE]);
+        push(&[&"--remount-ro", &"/dev", &"--remount-ro", &"/"]);
+    }
     push(&[&"--chdir", &spec.cwd, &"--clearenv"]);
     push(&[
         &"--setenv",
@@ -358,7 +390,16 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     for i in 0..seccomp_programs {
         push(&[&"--add-seccomp-fd", &(SECCOMP_FD + i as RawFd).to_string()]);
     }
-    push(&[&"--", &EXE_INSIDE, &"__agent"]);
+    let exe_fd = format!("/proc/self/fd/{EXE_FD}");
+    match &spec.container {
+        Some(layout) => {
+            push(&[&"--", &exe_fd]);
+            if layout.agent.as_ref().is_none_or(|a| a.boxdesk) {
+                push(&[&"__agent"]);
+            }
+        }
+        None => push(&[&"--", &EXE_INSIDE, &"__agent"]),
+    }
     push(&[&"--listen", &format!("fd:{LISTEN_FD}")]);
     push(&[&"--root", &"/", &"--results", &"/results"]);
     push(&[&"--pids-max", &spec.pids_max.to_string()]);
@@ -398,9 +439,28 @@ pub fn spawn(
     cgroup_procs: Vec<RawFd>,
 ) -> Result<Started, NamespaceError> {
     let bwrap = find_bwrap().ok_or(NamespaceError::NoBwrap)?;
-    let programs = seccomp_programs()?;
-    let mut keep: Vec<OwnedFd> = Vec::with_capacity(programs.len());
+    let mut programs = seccomp_programs()?;
+    if let Some(layout) = &spec.container {
+        programs.extend(layout.seccomp.iter().cloned());
+    }
+    if SECCOMP_FD + programs.len() as RawFd > EXE_FD {
+        return Err(NamespaceError::Seccomp(seccomp::SeccompError::TooMany(
+            programs.len(),
+        )));
+    }
+    let mut keep: Vec<OwnedFd> = Vec::with_capacity(programs.len() + 1);
     let mut place = vec![(listener.as_raw_fd(), LISTEN_FD)];
+    if let Some(layout) = &spec.container {
+        // bwrap runs the agent from this descriptor: nothing of boxdesk is
+        // bound into the container's tree.
+        let path = layout.agent.as_ref().map_or(&spec.exe, |a| &a.path);
+        let exe = File::open(path).map_err(|source| NamespaceError::Inspect {
+            what: format!("the agent binary {}", path.display()),
+            source,
+        })?;
+        place.push((exe.as_raw_fd(), EXE_FD));
+        keep.push(exe.into());
+    }
     for (i, program) in programs.iter().enumerate() {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| NamespaceError::Spawn(e.into()))?;
@@ -442,6 +502,9 @@ pub fn spawn(
         what: "the sandbox's bind sources".into(),
         source,
     })?;
+    if let Some(layout) = &spec.container {
+        setup.set_limits(&layout.rlimits, layout.oom_score_adj);
+    }
     let mut cmd = Command::new(bwrap);
     cmd.args(bwrap_args(spec, programs.len()))
         .stdin(Stdio::null())
@@ -496,6 +559,7 @@ mod tests {
             ids,
             tmp_bytes: 1 << 20,
             pids_max: 77,
+            container: None,
         }
     }
 

@@ -143,7 +143,9 @@ impl NamespaceSandbox {
     }
 
     fn start_inner(spec: &SandboxSpec, places: Places) -> Result<Self, RunError> {
-        if !matches!(spec.rootfs, Rootfs::Default | Rootfs::Host) {
+        if !matches!(spec.rootfs, Rootfs::Default | Rootfs::Host)
+            || (spec.container.is_some() && spec.rootfs != Rootfs::Default)
+        {
             return Err(RunError::Rootfs);
         }
         if spec.display.is_some() {
@@ -371,6 +373,7 @@ fn namespace_spec(spec: &SandboxSpec) -> Result<Spec, RunError> {
     ns.cwd = spec.cwd.clone();
     ns.pids_max = spec.resources.pids;
     ns.tmp_bytes = spec.resources.tmp_bytes;
+    ns.container = spec.container.clone();
     Ok(ns)
 }
 
