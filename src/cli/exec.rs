@@ -206,13 +206,7 @@ pub fn run_session_as(
     name: &str,
     relay: Relay,
 ) -> anyhow::Result<i32> {
-    let mut signals = tty::forwarded_signals();
-    #[cfg(target_os = "linux")]
-    if relay == Relay::Container {
-        for s in tty::CONTAINER_SIGNALS {
-            signals.add(*s);
-        }
-    }
+    let signals = forwarded_for(relay);
     tty::block(&signals).context("blocking signals")?;
     let mut signals = Signals::new(&signals).context("watching signals")?;
     let size = pty.then(tty::window_size);
@@ -289,6 +283,21 @@ pub fn run_session_as(
     };
     drop(raw);
     Ok(outcome)
+}
+
+/// The signals a session of `relay` forwards.
+pub fn forwarded_for(relay: Relay) -> nix::sys::signal::SigSet {
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut set = tty::forwarded_signals();
+    #[cfg(target_os = "linux")]
+    if relay == Relay::Container {
+        for s in tty::CONTAINER_SIGNALS {
+            set.add(*s);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = relay;
+    set
 }
 
 /// Polls the session socket and the signals, at most `wait` (`None`: no

@@ -164,11 +164,7 @@ pub fn run(a: MonitorArgs) -> i32 {
 
 /// The signals a monitor forwards (blocked in all its threads).
 fn forwarded() -> SigSet {
-    let mut set = tty::forwarded_signals();
-    for s in tty::CONTAINER_SIGNALS {
-        set.add(*s);
-    }
-    set
+    crate::cli::exec::forwarded_for(Relay::Container)
 }
 
 /// A created container: its sandbox ready, its process not started.
