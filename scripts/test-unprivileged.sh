@@ -33,6 +33,14 @@ trap 'rm -rf "$d"' EXIT
 install -m 0755 "$tests_bin" "$d/tests"
 install -m 0755 "$view_bin" "$d/vmm-tests"
 install -m 0755 target/debug/boxdesk "$d/boxdesk"
+# The OCI tests' containers run the static guest agent (the debug boxdesk
+# is dynamic).
+agent=target/images/$(uname -m)/boxdesk-guest-agent
+oci_agent=()
+if [ -f "$agent" ]; then
+  install -m 0755 "$agent" "$d/boxdesk-guest-agent"
+  oci_agent=(BOXDESK_OCI_AGENT="$d/boxdesk-guest-agent")
+fi
 mkdir -p "$d/home"
 chown "$user" "$d/home"
 chmod 0700 "$d/home"
@@ -44,4 +52,4 @@ runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin TMPDIR=/tmp "$d/v
 # TMPDIR stays /tmp: the tests' sockets must fit the 107-byte socket path
 # limit with a 64-character sandbox name.
 runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR=/tmp \
-  BOXDESK_BIN="$d/boxdesk" BOXDESK_NESTED=0 RUST_BACKTRACE=1 "$d/tests" --test-threads=2
+  BOXDESK_BIN="$d/boxdesk" BOXDESK_NESTED=0 RUST_BACKTRACE=1 "${oci_agent[@]}" "$d/tests" --test-threads=2

@@ -3,7 +3,8 @@
 //! codes, bad input), `display` (`screenshot` and `view` against a real
 //! screen behind the real control server; the window under Xvfb), `client` (the agent client against the real agent,
 //! `boxdesk __agent`), `namespace` (what a sandbox can and cannot see),
-//! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`), and
+//! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`), `oci`
+//! (`boxdesk oci`, the OCI runtime, driven as an engine drives it), and
 //! `release` (the release assets in `dist/`).
 //!
 //! Every test drives the real binary — `$BOXDESK_BIN`, else the one cargo
@@ -31,6 +32,8 @@ mod display;
 mod namespace;
 #[cfg(target_os = "linux")]
 mod nested;
+#[cfg(target_os = "linux")]
+mod oci;
 mod release;
 #[cfg(target_os = "linux")]
 mod support;

@@ -84,7 +84,13 @@ pub use cli::{parse_args, CliError, Config, Listen, USAGE};
 /// VM it never exits: a fatal error is printed to the console and the VM
 /// is powered off.
 pub fn main_entry() -> ! {
-    main_with_args(std::env::args_os().skip(1))
+    // `__agent` first, as `boxdesk __agent` takes it, is accepted too: a
+    // container's sandbox runs either binary with the same arguments.
+    let mut args = std::env::args_os().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "__agent") {
+        args.next();
+    }
+    main_with_args(args)
 }
 
 /// [`main_entry`] with explicit arguments (those after the program name

@@ -71,17 +71,6 @@ pub struct Rlimit {
     pub hard: u64,
 }
 
-/// The agent a container's sandbox runs: a static executable (it runs
-/// inside the container's root, without the host's libraries).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Agent {
-    /// Its host path.
-    pub path: PathBuf,
-    /// Whether it is boxdesk itself (`boxdesk __agent …`) rather than
-    /// `boxdesk-guest-agent`.
-    pub boxdesk: bool,
-}
-
 /// What a container's sandbox is made of beyond the common spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
@@ -108,7 +97,9 @@ pub struct Layout {
     pub readonly: Vec<PathBuf>,
     /// The sandbox's OOM score adjustment.
     pub oom_score_adj: Option<i32>,
-    /// The agent to run; `None`: the boxdesk binary the spec names (which
-    /// must then be static).
-    pub agent: Option<Agent>,
+    /// The agent to run (`boxdesk` or `boxdesk-guest-agent`, either takes
+    /// `__agent …`): a static executable, since it runs inside the
+    /// container's root without the host's libraries. `None`: the boxdesk
+    /// binary the spec names (which must then be static).
+    pub agent: Option<PathBuf>,
 }

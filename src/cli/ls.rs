@@ -304,16 +304,23 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
 
 /// What a sandbox whose keeper is gone left (state dir, log, cgroup, stale
 /// sockets, lock file), removed whether or not it was kept: an OCI
-/// container's `delete`. Nothing is touched while a keeper holds the name.
+/// container's `delete`. Nothing is touched while a keeper holds the name
+/// (waited for up to `wait`: one that is dying).
 #[cfg(target_os = "linux")]
-pub fn remove_remains(name: &str) {
+pub fn remove_remains(name: &str, wait: Duration) {
     let Ok((runtime, paths)) = super::sandbox_paths(name) else {
         return;
     };
     // Held while cleaning, so no keeper claims the name meanwhile; its
-    // release removes the lock file.
-    let Ok(lock) = NameLock::acquire(&runtime, name) else {
-        return;
+    // release removes the lock file. A keeper just killed holds it until
+    // its last thread is gone: up to `wait`.
+    let deadline = Instant::now() + wait;
+    let lock = loop {
+        match NameLock::acquire(&runtime, name) {
+            Ok(l) => break l,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => return,
+        }
     };
     if let Some(state) = leftover(name) {
         if let Err(e) = state.remove() {

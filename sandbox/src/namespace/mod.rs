@@ -391,15 +391,12 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
         push(&[&"--add-seccomp-fd", &(SECCOMP_FD + i as RawFd).to_string()]);
     }
     let exe_fd = format!("/proc/self/fd/{EXE_FD}");
-    match &spec.container {
-        Some(layout) => {
-            push(&[&"--", &exe_fd]);
-            if layout.agent.as_ref().is_none_or(|a| a.boxdesk) {
-                push(&[&"__agent"]);
-            }
-        }
-        None => push(&[&"--", &EXE_INSIDE, &"__agent"]),
-    }
+    let exe = if spec.container.is_some() {
+        exe_fd.as_str()
+    } else {
+        EXE_INSIDE
+    };
+    push(&[&"--", &exe, &"__agent"]);
     push(&[&"--listen", &format!("fd:{LISTEN_FD}")]);
     push(&[&"--root", &"/", &"--results", &"/results"]);
     push(&[&"--pids-max", &spec.pids_max.to_string()]);
@@ -453,7 +450,7 @@ pub fn spawn(
     if let Some(layout) = &spec.container {
         // bwrap runs the agent from this descriptor: nothing of boxdesk is
         // bound into the container's tree.
-        let path = layout.agent.as_ref().map_or(&spec.exe, |a| &a.path);
+        let path = layout.agent.as_ref().unwrap_or(&spec.exe);
         let exe = File::open(path).map_err(|source| NamespaceError::Inspect {
             what: format!("the agent binary {}", path.display()),
             source,

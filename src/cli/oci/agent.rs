@@ -12,25 +12,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
-/// The agent to run: its path, and whether it is boxdesk itself (which
-/// takes `__agent` first).
-pub fn find() -> anyhow::Result<(PathBuf, bool)> {
+/// The agent to run (either binary takes `__agent …`).
+pub fn find() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("BOXDESK_OCI_AGENT") {
         let p = PathBuf::from(p);
         if !is_static(&p) {
             bail!("BOXDESK_OCI_AGENT={}: not a static executable", p.display());
         }
-        let boxdesk = p.file_name().is_some_and(|n| n != "boxdesk-guest-agent");
-        return Ok((p, boxdesk));
+        return Ok(p);
     }
     let exe = std::env::current_exe()?;
     if is_static(&exe) {
-        return Ok((exe, true));
+        return Ok(exe);
     }
     for dir in boxdesk_vmm::image::candidates(std::env::consts::ARCH) {
         let p = dir.join("boxdesk-guest-agent");
         if is_static(&p) {
-            return Ok((p, false));
+            return Ok(p);
         }
     }
     bail!(

@@ -120,6 +120,13 @@ enum OciCmd {
     },
     /// Print what this runtime supports (the spec's features document).
     Features,
+    /// Write a default config.json (a shell on no terminal, the rootfs
+    /// dir beside it) into the bundle dir.
+    Spec {
+        /// The bundle dir [default: .].
+        #[arg(short, long, default_value = ".")]
+        bundle: PathBuf,
+    },
     /// Not supported: a sandbox cannot be frozen.
     Pause {
         /// The container.
@@ -250,6 +257,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         OciCmd::Delete { id, force } => delete(&root, &id, force).map(|()| 0),
         OciCmd::Exec(a) => exec(&root, a),
         OciCmd::List { format, quiet } => list(&root, &format, quiet).map(|()| 0),
+        OciCmd::Spec { bundle } => write_spec(&bundle).map(|()| 0),
         OciCmd::Features => {
             println!("{:#}", boxdesk_oci::features::document());
             Ok(0)
@@ -504,7 +512,8 @@ fn delete(root: &Root, id: &str, force: bool) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    super::ls::remove_remains(&record.sandbox);
+    // The monitor is gone; its threads may still hold the name a moment.
+    super::ls::remove_remains(&record.sandbox, Duration::from_secs(3));
     std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))
 }
 
@@ -573,6 +582,21 @@ fn exec(root: &Root, a: ExecArgs) -> anyhow::Result<i32> {
         write_pid_file(f, std::process::id() as i32)?;
     }
     monitor::exec_here(&request, a.console_socket.as_deref())
+}
+
+/// `spec`: the default config (`oci-spec`'s, which is runc's), without a
+/// terminal and without the cgroup namespace's mount so that it runs as it
+/// is; refused if one is there already.
+fn write_spec(bundle: &Path) -> anyhow::Result<()> {
+    let path = bundle.join("config.json");
+    if path.exists() {
+        bail!("{} exists: not overwritten", path.display());
+    }
+    let mut v = serde_json::to_value(oci_spec::runtime::Spec::default())?;
+    v["process"]["terminal"] = false.into();
+    v["hostname"] = "boxdesk".into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&v)?)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `list`: every container under the root.

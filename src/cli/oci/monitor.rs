@@ -197,13 +197,12 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
     .context("ignoring SIGPIPE")?;
     // What can be refused is refused before anything is made.
     check_rlimits(&plan.layout.rlimits)?;
-    let (path, boxdesk) = super::agent::find()?;
     let mut layout = plan.layout;
-    layout.agent = Some(boxdesk_sandbox::container::Agent { path, boxdesk });
+    layout.agent = Some(super::agent::find()?);
     boxdesk_oci::mountpoints::prepare(&mut layout)?;
     // A container of this id SIGKILLed earlier may have left its sandbox's
     // remains (nothing is touched while a keeper holds the name).
-    crate::cli::ls::remove_remains(&name);
+    crate::cli::ls::remove_remains(&name, Duration::ZERO);
     let on_stop = Box::new(|| std::process::exit(128 + libc::SIGKILL));
     let (keeper, control) = Keeper::claim(&name, false, false, on_stop)?;
     let undo = |keeper: &Keeper, e: anyhow::Error| -> anyhow::Error {
@@ -253,7 +252,7 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
             &keeper,
             anyhow::Error::new(e).context(log.trim().to_owned()),
         );
-        crate::cli::ls::remove_remains(&name);
+        crate::cli::ls::remove_remains(&name, Duration::ZERO);
         return Err(e);
     }
     if !plan.sysctls.is_empty() {
@@ -453,9 +452,10 @@ fn set_sysctls(bwrap: u32, sysctls: &[(String, String)]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `boxdesk oci __sysctl --pid PID K=V…`: joins PID's network and IPC
-/// namespaces (through its user namespace when not root, where this
-/// user is its root) and writes each `/proc/sys` key. Single-threaded.
+/// `boxdesk oci __sysctl --pid PID K=V…`: joins PID's user, network and
+/// IPC namespaces (capable in them: root over every user namespace, a
+/// user over the one it made) and writes each `/proc/sys` key.
+/// Single-threaded.
 pub fn sysctl_main(pid: i32, sysctls: &[String]) -> anyhow::Result<()> {
     use nix::sched::{setns, CloneFlags};
     let ns = |kind: &str| {
@@ -463,9 +463,9 @@ pub fn sysctl_main(pid: i32, sysctls: &[String]) -> anyhow::Result<()> {
             .with_context(|| format!("opening the sandbox's {kind} namespace"))
     };
     let (user, net, ipc) = (ns("user")?, ns("net")?, ns("ipc")?);
-    if !nix::unistd::geteuid().is_root() {
-        setns(&user, CloneFlags::CLONE_NEWUSER).context("joining the sandbox's user namespace")?;
-    }
+    // Also as root: a value naming ids (`ping_group_range`) is read in
+    // the writer's user namespace, which must be the container's.
+    setns(&user, CloneFlags::CLONE_NEWUSER).context("joining the sandbox's user namespace")?;
     setns(&net, CloneFlags::CLONE_NEWNET).context("joining the sandbox's network namespace")?;
     setns(&ipc, CloneFlags::CLONE_NEWIPC).context("joining the sandbox's IPC namespace")?;
     for kv in sysctls {
