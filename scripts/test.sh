@@ -7,7 +7,8 @@
 # and aarch64 (the aarch64 one runs under qemu-aarch64-static for one real
 # exec), the guest images of both arches (images/build.sh) booted under qemu
 # TCG (images/check-qemu.sh), the nested-KVM harness on both arches, the
-# namespace/cowork end-to-end tests again as an unprivileged user, the
+# namespace/cowork/OCI end-to-end tests again as an unprivileged user,
+# boxdesk oci under podman and containerd (tests/oci/engines.sh), the
 # release configuration (scripts/test-dist.sh: cargo-dist's plan and a host
 # archive) and every fuzz target (scripts/fuzz.sh replay: its regressions,
 # then a short run).
@@ -48,17 +49,18 @@ python3 scripts/check-error-sources.py
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "static guest agents"
+# Before the tests: an OCI container's sandbox runs the static agent.
+bash images/build-agent.sh x86_64
+bash images/build-agent.sh aarch64
+bash scripts/agent-smoke.sh
+
 step "cargo test (as $(id -un))"
 # The nested-KVM self-tests run in their own step below, with their setup.
 BOXDESK_NESTED=0 cargo test --workspace --locked
 
 step "boxdesk-hv and boxdesk for aarch64-apple-darwin (HVF, macOS) and aarch64-unknown-linux-gnu (KVM arm64): check + clippy"
 bash hv/check-cross.sh
-
-step "static guest agents"
-bash images/build-agent.sh x86_64
-bash images/build-agent.sh aarch64
-bash scripts/agent-smoke.sh
 
 step "guest images (kernel + initramfs), x86_64 and aarch64, and their check under qemu TCG"
 for arch in x86_64 aarch64; do
@@ -71,6 +73,12 @@ bash scripts/test-nested.sh
 
 step "end-to-end tests as an unprivileged user"
 bash scripts/test-unprivileged.sh
+
+step "boxdesk oci under podman and containerd, and podman run --rm IMG true against runc"
+# The static build the nested harness made is the release-like binary.
+oci_bin=target/static/$(uname -m)/boxdesk
+[ -x "$oci_bin" ] || oci_bin=target/debug/boxdesk
+bash tests/oci/engines.sh "$oci_bin" 10
 
 step "release: dist plan (every target), the host's dist archive and its --version, the image archive"
 wait "$dist_install" || { cat "$dist_install_log"; echo "installing cargo-dist failed" >&2; exit 1; }

@@ -12,7 +12,8 @@
 //! under it, mqueue, sysfs and cgroup as the host's read-only `/sys`,
 //! tmpfs, bind), the namespaces (pid, ipc, uts and mount are always new; a
 //! new network namespace, or the host's; user and cgroup), memory, pids and
-//! CPU quota limits, the default device rule (deny all), the seccomp
+//! CPU quota limits, device rules (moot: the sandbox's /dev holds the
+//! standard nodes only and none can be made), the seccomp
 //! profile, masked and read-only paths. Always applied whatever the config
 //! says, because every boxdesk sandbox has them: `no_new_privs`, a user
 //! namespace, boxdesk's own seccomp filter.
@@ -23,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use boxdesk_sandbox::container::{Layout, Mount, Rlimit};
+use boxdesk_sandbox::container::{Join, Layout, Mount, Rlimit};
 use oci_spec::runtime::{LinuxNamespaceType, PosixRlimitType, Process, Spec};
 use serde_json::Value;
 
@@ -156,10 +157,14 @@ const HONOURED: &[&str] = &[
     "annotations",
     "linux.resources.devices.*.allow",
     "linux.resources.devices.*.access",
+    "linux.resources.devices.*.type",
+    "linux.resources.devices.*.major",
+    "linux.resources.devices.*.minor",
     "linux.resources.memory.limit",
     "linux.resources.memory.swap",
     "linux.resources.pids.limit",
     "linux.resources.cpu.quota",
+    "linux.resources.cpu.shares",
     "linux.resources.cpu.period",
     "linux.cgroupsPath",
     "linux.namespaces.*.type",
@@ -320,7 +325,8 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
             ));
         }
     }
-    let net_host = namespaces(&linux)?;
+    let (net_host, joins) = namespaces(&linux)?;
+    layout.joins = joins;
     let mut sysctls: Vec<(String, String)> = Vec::new();
     for (key, value) in linux.sysctl().iter().flatten() {
         if let Err(why) = check_sysctl(key, net_host) {
@@ -553,27 +559,27 @@ fn rlimits(p: &Process) -> Result<Vec<Rlimit>, ConfigError> {
 
 /// `RLIMIT_NOFILE` for `libc::RLIMIT_NOFILE`, as configs name them.
 pub fn rlimit_name(resource: i32) -> &'static str {
-    const NAMES: &[(libc::__rlimit_resource_t, &str)] = &[
-        (libc::RLIMIT_CPU, "RLIMIT_CPU"),
-        (libc::RLIMIT_FSIZE, "RLIMIT_FSIZE"),
-        (libc::RLIMIT_DATA, "RLIMIT_DATA"),
-        (libc::RLIMIT_STACK, "RLIMIT_STACK"),
-        (libc::RLIMIT_CORE, "RLIMIT_CORE"),
-        (libc::RLIMIT_RSS, "RLIMIT_RSS"),
-        (libc::RLIMIT_NPROC, "RLIMIT_NPROC"),
-        (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE"),
-        (libc::RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK"),
-        (libc::RLIMIT_AS, "RLIMIT_AS"),
-        (libc::RLIMIT_LOCKS, "RLIMIT_LOCKS"),
-        (libc::RLIMIT_SIGPENDING, "RLIMIT_SIGPENDING"),
-        (libc::RLIMIT_MSGQUEUE, "RLIMIT_MSGQUEUE"),
-        (libc::RLIMIT_NICE, "RLIMIT_NICE"),
-        (libc::RLIMIT_RTPRIO, "RLIMIT_RTPRIO"),
-        (libc::RLIMIT_RTTIME, "RLIMIT_RTTIME"),
+    const NAMES: &[(i32, &str)] = &[
+        (libc::RLIMIT_CPU as i32, "RLIMIT_CPU"),
+        (libc::RLIMIT_FSIZE as i32, "RLIMIT_FSIZE"),
+        (libc::RLIMIT_DATA as i32, "RLIMIT_DATA"),
+        (libc::RLIMIT_STACK as i32, "RLIMIT_STACK"),
+        (libc::RLIMIT_CORE as i32, "RLIMIT_CORE"),
+        (libc::RLIMIT_RSS as i32, "RLIMIT_RSS"),
+        (libc::RLIMIT_NPROC as i32, "RLIMIT_NPROC"),
+        (libc::RLIMIT_NOFILE as i32, "RLIMIT_NOFILE"),
+        (libc::RLIMIT_MEMLOCK as i32, "RLIMIT_MEMLOCK"),
+        (libc::RLIMIT_AS as i32, "RLIMIT_AS"),
+        (libc::RLIMIT_LOCKS as i32, "RLIMIT_LOCKS"),
+        (libc::RLIMIT_SIGPENDING as i32, "RLIMIT_SIGPENDING"),
+        (libc::RLIMIT_MSGQUEUE as i32, "RLIMIT_MSGQUEUE"),
+        (libc::RLIMIT_NICE as i32, "RLIMIT_NICE"),
+        (libc::RLIMIT_RTPRIO as i32, "RLIMIT_RTPRIO"),
+        (libc::RLIMIT_RTTIME as i32, "RLIMIT_RTTIME"),
     ];
     NAMES
         .iter()
-        .find(|(r, _)| *r as i32 == resource)
+        .find(|(r, _)| *r == resource)
         .map_or("RLIMIT_?", |(_, n)| n)
 }
 
@@ -720,18 +726,30 @@ fn parse_size(v: &str) -> Option<u64> {
 
 /// Checks the namespaces; true when the container shares the host's
 /// network (none asked for).
-fn namespaces(linux: &oci_spec::runtime::Linux) -> Result<bool, ConfigError> {
+fn namespaces(linux: &oci_spec::runtime::Linux) -> Result<(bool, Vec<Join>), ConfigError> {
     let list = linux.namespaces().clone().unwrap_or_default();
     let mut net_host = true;
+    let mut joins = Vec::new();
     for (i, ns) in list.iter().enumerate() {
-        if ns.path().is_some() {
-            return Err(refuse(
-                format!("linux.namespaces[{i}].path"),
-                format!(
-                    "joining an existing {} namespace is not supported (with podman: --network none or --network host)",
-                    ns.typ()
-                ),
-            ));
+        if let Some(path) = ns.path() {
+            let join = match ns.typ() {
+                LinuxNamespaceType::Network => Join::Net(path.clone()),
+                LinuxNamespaceType::Ipc => Join::Ipc(path.clone()),
+                LinuxNamespaceType::Uts => Join::Uts(path.clone()),
+                other => {
+                    return Err(refuse(
+                        format!("linux.namespaces[{i}].path"),
+                        format!("joining an existing {other} namespace is not supported (network, ipc and uts are)"),
+                    ))
+                }
+            };
+            if !path.is_absolute() {
+                return Err(refuse(
+                    format!("linux.namespaces[{i}].path"),
+                    "not absolute",
+                ));
+            }
+            joins.push(join);
         }
         match ns.typ() {
             LinuxNamespaceType::Network => net_host = false,
@@ -757,7 +775,7 @@ fn namespaces(linux: &oci_spec::runtime::Linux) -> Result<bool, ConfigError> {
             ));
         }
     }
-    Ok(net_host)
+    Ok((net_host, joins))
 }
 
 type Limits = (Option<u64>, Option<u64>, Option<f64>);
@@ -766,12 +784,22 @@ fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
     let Some(r) = linux.resources() else {
         return Ok((None, None, None));
     };
+    // The device rules: the sandbox's /dev holds only the standard nodes
+    // (null, zero, full, random, urandom, tty, its own pts) and no node
+    // can be made in it (seccomp refuses mknod of a device), so no rule
+    // can reach further than that; an engine's usual list (deny all, then
+    // allow those) describes exactly it. Nothing to enforce, nothing lost.
     for (i, d) in r.devices().iter().flatten().enumerate() {
-        let all = d.typ().is_none() && d.major().is_none() && d.minor().is_none();
-        if d.allow() || !all {
+        if !d
+            .access()
+            .as_deref()
+            .unwrap_or("rwm")
+            .chars()
+            .all(|c| "rwm".contains(c))
+        {
             return Err(refuse(
-                format!("linux.resources.devices[{i}]"),
-                "only the rule denying every device is supported (the sandbox's /dev holds null, zero, full, random, urandom, tty and its own pts)",
+                format!("linux.resources.devices[{i}].access"),
+                "only r, w and m",
             ));
         }
     }
@@ -801,6 +829,13 @@ fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
         .map(|l| l as u64);
     let mut cpus = None;
     if let Some(c) = r.cpu() {
+        // The kernel's default weight is what every sandbox has.
+        if let Some(shares) = c.shares().filter(|&s| s != 0 && s != 1024) {
+            return Err(refuse(
+                "linux.resources.cpu.shares",
+                format!("{shares}: only the default (1024) is supported"),
+            ));
+        }
         if let (Some(q), Some(p)) = (c.quota().filter(|&q| q > 0), c.period().filter(|&p| p > 0)) {
             cpus = Some(q as f64 / p as f64);
         }

@@ -71,6 +71,27 @@ pub struct Rlimit {
     pub hard: u64,
 }
 
+/// A namespace a container joins instead of getting a new one (a pod's,
+/// an engine's network): its kind and the path of its handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Join {
+    /// A network namespace (`/run/netns/…`, `/proc/PID/ns/net`).
+    Net(PathBuf),
+    /// An IPC namespace.
+    Ipc(PathBuf),
+    /// A UTS namespace (its hostname is that namespace's).
+    Uts(PathBuf),
+}
+
+impl Join {
+    /// The handle's path.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            Join::Net(p) | Join::Ipc(p) | Join::Uts(p) => p,
+        }
+    }
+}
+
 /// What a container's sandbox is made of beyond the common spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
@@ -97,6 +118,9 @@ pub struct Layout {
     pub readonly: Vec<PathBuf>,
     /// The sandbox's OOM score adjustment.
     pub oom_score_adj: Option<i32>,
+    /// Namespaces joined rather than made new (entered before the sandbox
+    /// drops its privileges: root only, in practice).
+    pub joins: Vec<Join>,
     /// The agent to run (`boxdesk` or `boxdesk-guest-agent`, either takes
     /// `__agent …`): a static executable, since it runs inside the
     /// container's root without the host's libraries. `None`: the boxdesk

@@ -131,6 +131,10 @@ fn an_unknown_or_unhonoured_field_is_refused_by_name() {
             json!([{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]),
         ),
         ("linux.resources.blockIO", json!({"weight": 10})),
+        (
+            "linux.resources.hugepageLimits",
+            json!([{"pageSize": "2MB", "limit": 1}]),
+        ),
         ("process.apparmorProfile", json!("containers-default")),
         (
             "process.selinuxLabel",
@@ -177,10 +181,10 @@ fn what_a_sandbox_cannot_be_is_refused_with_the_reason() {
     assert!(refusal(&c).contains("process.user"));
 
     let mut c = podman_like();
-    c["linux"]["namespaces"][1] = json!({"type": "network", "path": "/run/netns/x"});
+    c["linux"]["namespaces"][0] = json!({"type": "pid", "path": "/proc/1/ns/pid"});
     let e = refusal(&c);
     assert!(
-        e.contains("linux.namespaces[1].path") && e.contains("--network none"),
+        e.contains("linux.namespaces[0].path") && e.contains("network, ipc and uts are"),
         "{e}"
     );
 
@@ -220,8 +224,8 @@ fn what_a_sandbox_cannot_be_is_refused_with_the_reason() {
     assert!(refusal(&c).contains("proc mount is required"));
 
     let mut c = podman_like();
-    c["linux"]["resources"]["devices"] = json!([{"allow": true, "access": "rwm"}]);
-    assert!(refusal(&c).contains("linux.resources.devices[0]"));
+    c["linux"]["resources"]["devices"] = json!([{"allow": true, "access": "rwx"}]);
+    assert!(refusal(&c).contains("linux.resources.devices[0].access"));
 
     let mut c = podman_like();
     c["linux"]["resources"]["memory"]["swap"] = json!(1024);
@@ -238,6 +242,27 @@ fn what_a_sandbox_cannot_be_is_refused_with_the_reason() {
     let mut c = podman_like();
     c["root"]["path"] = json!("missing");
     assert!(refusal(&c).contains("root.path"));
+}
+
+#[test]
+fn a_pods_network_ipc_and_uts_namespaces_are_joined_by_path() {
+    let mut c = podman_like();
+    c["linux"]["namespaces"][1] = json!({"type": "network", "path": "/run/netns/pod"});
+    c["linux"]["namespaces"][2] = json!({"type": "ipc", "path": "/proc/7/ns/ipc"});
+    let b = bundle(&c);
+    let p = load(b.path()).unwrap();
+    assert!(!p.net_host);
+    assert_eq!(
+        p.layout.joins,
+        vec![
+            Join::Net("/run/netns/pod".into()),
+            Join::Ipc("/proc/7/ns/ipc".into())
+        ]
+    );
+    // A joined network namespace's sysctls are set in it.
+    c["linux"]["sysctl"] = json!({"net.ipv4.ping_group_range": "0 0"});
+    let b = bundle(&c);
+    assert_eq!(load(b.path()).unwrap().sysctls.len(), 1);
 }
 
 #[test]

@@ -18,9 +18,11 @@
 //!    files are the sandbox root's, what it creates is root's), or plainly
 //!    where its file system cannot be id-mapped. The host's mount table is
 //!    never touched;
-//! 4. when boxdesk runs as root: it becomes the subordinate uid and gid
+//! 4. a container's rlimits and OOM score are set, and the namespaces it
+//!    joins (a pod's network, IPC, UTS) entered, while it still may;
+//! 5. when boxdesk runs as root: it becomes the subordinate uid and gid
 //!    (supplementary groups dropped first);
-//! 5. descriptors are put where bubblewrap and the agent expect them, and
+//! 6. descriptors are put where bubblewrap and the agent expect them, and
 //!    every other one above stderr is closed.
 //!
 //! This module must never run code that allocates or takes a lock in the
@@ -68,6 +70,8 @@ pub struct ChildSetup {
     rlimits: Vec<crate::container::Rlimit>,
     /// The OOM score adjustment to write, as decimal digits.
     oom_score_adj: Option<CString>,
+    /// Namespaces to enter (`setns`) while still privileged.
+    joins: Vec<(RawFd, libc::c_int)>,
 }
 
 impl ChildSetup {
@@ -110,7 +114,14 @@ impl ChildSetup {
             place,
             rlimits: Vec::new(),
             oom_score_adj: None,
+            joins: Vec::new(),
         })
+    }
+
+    /// Also enters the namespace open as `fd` (of kind `CLONE_NEW*`) in the
+    /// child, before it drops its privileges.
+    pub fn join(&mut self, fd: RawFd, kind: libc::c_int) {
+        self.joins.push((fd, kind));
     }
 
     /// Also sets these resource limits and this OOM score adjustment (a
@@ -167,6 +178,9 @@ impl ChildSetup {
                 if wrote != len as isize {
                     return Err(io::Error::last_os_error());
                 }
+            }
+            for &(fd, kind) in &self.joins {
+                check(libc::setns(fd, kind))?;
             }
             if let Some((uid, gid)) = self.drop_to {
                 check(libc::setgroups(0, std::ptr::null()))?;

@@ -300,13 +300,20 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
         a.extend(items.iter().map(|i| i.as_ref().to_owned()));
     };
-    push(&[
-        &"--unshare-pid",
-        &"--unshare-ipc",
-        &"--unshare-uts",
-        &"--unshare-cgroup-try",
-    ]);
-    if !spec.net {
+    // A joined namespace (entered before bwrap runs) is kept, not new.
+    let joins = spec.container.as_ref().map_or(&[][..], |c| &c.joins[..]);
+    let joined = |f: fn(&crate::container::Join) -> bool| joins.iter().any(f);
+    use crate::container::Join;
+    push(&[&"--unshare-pid"]);
+    if !joined(|j| matches!(j, Join::Ipc(_))) {
+        push(&[&"--unshare-ipc"]);
+    }
+    let own_uts = !joined(|j| matches!(j, Join::Uts(_)));
+    if own_uts {
+        push(&[&"--unshare-uts"]);
+    }
+    push(&[&"--unshare-cgroup-try"]);
+    if !spec.net && !joined(|j| matches!(j, Join::Net(_))) {
         push(&[&"--unshare-net"]);
     }
     let hostname = spec
@@ -314,7 +321,9 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
         .as_ref()
         .and_then(|c| c.hostname.as_deref())
         .unwrap_or(&spec.name);
-    push(&[&"--hostname", &hostname]);
+    if own_uts {
+        push(&[&"--hostname", &hostname]);
+    }
     // Staged paths stand in for the host's when bwrap runs as the
     // subordinate id (see `child`): source 0 is the binary, then the binds,
     // then a container's root and binds.
@@ -499,8 +508,23 @@ pub fn spawn(
         what: "the sandbox's bind sources".into(),
         source,
     })?;
+    // Held until bwrap is started: the child enters them.
+    let mut join_fds: Vec<File> = Vec::new();
     if let Some(layout) = &spec.container {
         setup.set_limits(&layout.rlimits, layout.oom_score_adj);
+        for j in &layout.joins {
+            let f = File::open(j.path()).map_err(|source| NamespaceError::Inspect {
+                what: format!("the namespace to join at {}", j.path().display()),
+                source,
+            })?;
+            let kind = match j {
+                crate::container::Join::Net(_) => libc::CLONE_NEWNET,
+                crate::container::Join::Ipc(_) => libc::CLONE_NEWIPC,
+                crate::container::Join::Uts(_) => libc::CLONE_NEWUTS,
+            };
+            setup.join(f.as_raw_fd(), kind);
+            join_fds.push(f);
+        }
     }
     let mut cmd = Command::new(bwrap);
     cmd.args(bwrap_args(spec, programs.len()))
@@ -519,6 +543,7 @@ pub fn spawn(
     }
     let child = cmd.spawn().map_err(NamespaceError::Spawn)?;
     drop(keep);
+    drop(join_fds);
     Ok(Started {
         child,
         output: File::from(out_read),

@@ -151,6 +151,8 @@ enum OciCmd {
     Sysctl {
         #[arg(long)]
         pid: i32,
+        #[arg(long)]
+        outside: bool,
         sysctls: Vec<String>,
     },
 }
@@ -269,7 +271,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             "update is not supported: a boxdesk sandbox's limits are set at create"
         )),
         OciCmd::Monitor(a) => Ok(monitor::run(a)),
-        OciCmd::Sysctl { pid, sysctls } => monitor::sysctl_main(pid, &sysctls).map(|()| 0),
+        OciCmd::Sysctl {
+            pid,
+            outside,
+            sysctls,
+        } => monitor::sysctl_main(pid, outside, &sysctls).map(|()| 0),
     };
     match outcome {
         Ok(code) => code,

@@ -231,6 +231,10 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
         spec.resources.pids = p;
     }
     let caps = layout.caps.clone();
+    let joins_net = layout
+        .joins
+        .iter()
+        .any(|j| matches!(j, boxdesk_sandbox::container::Join::Net(_)));
     spec.container = Some(layout);
     let places = boxdesk_sandbox::namespace::running::Places {
         agent_sock: keeper.state().agent_sock(),
@@ -256,7 +260,7 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
         return Err(e);
     }
     if !plan.sysctls.is_empty() {
-        if let Err(e) = set_sysctls(bwrap, &plan.sysctls) {
+        if let Err(e) = set_sysctls(bwrap, &plan.sysctls, joins_net) {
             return Err(undo(&keeper, e));
         }
     }
@@ -431,14 +435,18 @@ fn check_rlimits(rlimits: &[boxdesk_sandbox::container::Rlimit]) -> anyhow::Resu
 /// Sets `sysctls` in the sandbox's own namespaces, from a fresh process
 /// (`__sysctl`: a namespace is entered by a single-threaded process) that
 /// joins the agent's.
-fn set_sysctls(bwrap: u32, sysctls: &[(String, String)]) -> anyhow::Result<()> {
+fn set_sysctls(bwrap: u32, sysctls: &[(String, String)], joined_net: bool) -> anyhow::Result<()> {
     let agent = std::fs::read_to_string(format!("/proc/{bwrap}/task/{bwrap}/children"))
         .ok()
         .and_then(|c| c.split_whitespace().next().map(str::to_owned))
         .context("finding the sandbox's agent")?;
     let exe = std::env::current_exe().context("locating the boxdesk binary")?;
-    let out = Command::new(exe)
-        .args(["oci", "__sysctl", "--pid", &agent])
+    let mut cmd = Command::new(exe);
+    cmd.args(["oci", "__sysctl", "--pid", &agent]);
+    if joined_net {
+        cmd.arg("--outside");
+    }
+    let out = cmd
         .args(sysctls.iter().map(|(k, v)| format!("{k}={v}")))
         .stdin(Stdio::null())
         .output()
@@ -452,20 +460,23 @@ fn set_sysctls(bwrap: u32, sysctls: &[(String, String)]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `boxdesk oci __sysctl --pid PID K=V…`: joins PID's user, network and
-/// IPC namespaces (capable in them: root over every user namespace, a
-/// user over the one it made) and writes each `/proc/sys` key.
-/// Single-threaded.
-pub fn sysctl_main(pid: i32, sysctls: &[String]) -> anyhow::Result<()> {
+/// `boxdesk oci __sysctl --pid PID [--outside] K=V…`: joins PID's user
+/// (unless `--outside`), network and IPC namespaces and writes each
+/// `/proc/sys` key. In the user namespace (capable there: root over every
+/// one, a user over the one it made) a value naming ids
+/// (`ping_group_range`) means the container's; `--outside` is for a
+/// network namespace the container joined, which that user namespace has
+/// no power over (root writes it as the host's). Single-threaded.
+pub fn sysctl_main(pid: i32, outside: bool, sysctls: &[String]) -> anyhow::Result<()> {
     use nix::sched::{setns, CloneFlags};
     let ns = |kind: &str| {
         std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))
             .with_context(|| format!("opening the sandbox's {kind} namespace"))
     };
     let (user, net, ipc) = (ns("user")?, ns("net")?, ns("ipc")?);
-    // Also as root: a value naming ids (`ping_group_range`) is read in
-    // the writer's user namespace, which must be the container's.
-    setns(&user, CloneFlags::CLONE_NEWUSER).context("joining the sandbox's user namespace")?;
+    if !outside {
+        setns(&user, CloneFlags::CLONE_NEWUSER).context("joining the sandbox's user namespace")?;
+    }
     setns(&net, CloneFlags::CLONE_NEWNET).context("joining the sandbox's network namespace")?;
     setns(&ipc, CloneFlags::CLONE_NEWIPC).context("joining the sandbox's IPC namespace")?;
     for kv in sysctls {
