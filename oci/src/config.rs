@@ -115,8 +115,6 @@ pub struct Plan {
     pub mem_bytes: Option<u64>,
     /// Most tasks.
     pub pids: Option<u64>,
-    /// CPU quota in CPUs.
-    pub cpus: Option<f64>,
     /// The backend asked for.
     pub backend: BackendChoice,
     /// The config's annotations (reported by `state`).
@@ -335,7 +333,9 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
         sysctls.push((key.clone(), value.clone()));
     }
     sysctls.sort();
-    let (mem_bytes, pids, cpus) = resources(&linux)?;
+    let (mem_bytes, pids, (cpu_quota, cpu_shares)) = resources(&linux)?;
+    layout.cpu_quota = cpu_quota;
+    layout.cpu_shares = cpu_shares;
 
     let annotations: BTreeMap<String, String> = spec
         .annotations()
@@ -361,7 +361,6 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
         net_host,
         mem_bytes,
         pids,
-        cpus,
         backend,
         annotations,
     })
@@ -778,11 +777,12 @@ fn namespaces(linux: &oci_spec::runtime::Linux) -> Result<(bool, Vec<Join>), Con
     Ok((net_host, joins))
 }
 
-type Limits = (Option<u64>, Option<u64>, Option<f64>);
+/// Memory bytes, pids, (CPU quota in CPUs, CPU shares).
+type Limits = (Option<u64>, Option<u64>, (Option<f64>, Option<u64>));
 
 fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
     let Some(r) = linux.resources() else {
-        return Ok((None, None, None));
+        return Ok((None, None, (None, None)));
     };
     // The device rules: the sandbox's /dev holds only the standard nodes
     // (null, zero, full, random, urandom, tty, its own pts) and no node
@@ -827,18 +827,13 @@ fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
         .map(|p| p.limit())
         .filter(|&l| l > 0)
         .map(|l| l as u64);
-    let mut cpus = None;
+    let mut cpus = (None, None);
     if let Some(c) = r.cpu() {
-        // The kernel's default weight is what every sandbox has.
-        if let Some(shares) = c.shares().filter(|&s| s != 0 && s != 1024) {
-            return Err(refuse(
-                "linux.resources.cpu.shares",
-                format!("{shares}: only the default (1024) is supported"),
-            ));
-        }
         if let (Some(q), Some(p)) = (c.quota().filter(|&q| q > 0), c.period().filter(|&p| p > 0)) {
-            cpus = Some(q as f64 / p as f64);
+            cpus.0 = Some(q as f64 / p as f64);
         }
+        // 0 means unset; 1024 is the kernel's default weight.
+        cpus.1 = c.shares().filter(|&s| s != 0 && s != 1024);
     }
     Ok((mem, pids, cpus))
 }

@@ -153,6 +153,10 @@ pub struct Limits {
     pub mem_mib: Option<u64>,
     /// Processes and threads at once (`--pids`, default [`crate::DEFAULT_PIDS`]).
     pub pids: Option<u64>,
+    /// A relative CPU weight, as cgroup v1's `cpu.shares` counts it (2 to
+    /// 262144; the kernel's default is 1024): an OCI container's
+    /// `linux.resources.cpu.shares`. v2 gets the same as `cpu.weight`.
+    pub cpu_shares: Option<u64>,
 }
 
 impl Limits {
@@ -175,6 +179,15 @@ impl Limits {
                     flag: "--mem",
                     value: m.to_string(),
                     why: "must be from 1 MiB to 8 EiB",
+                });
+            }
+        }
+        if let Some(s) = self.cpu_shares {
+            if !(2..=262_144).contains(&s) {
+                return Err(CgroupError::BadLimit {
+                    flag: "cpu shares",
+                    value: s.to_string(),
+                    why: "must be from 2 to 262144",
                 });
             }
         }
@@ -253,7 +266,7 @@ impl Controller {
         match self {
             Controller::Memory => l.mem_mib.is_some(),
             Controller::Pids => l.pids.is_some(),
-            Controller::Cpu => l.cpus.is_some(),
+            Controller::Cpu => l.cpus.is_some() || l.cpu_shares.is_some(),
         }
     }
 }
@@ -262,10 +275,16 @@ impl Controller {
 /// (OOM counts, the process count), cpu only to cap it.
 fn wanted(limits: &Limits) -> Vec<Controller> {
     let mut w = vec![Controller::Memory, Controller::Pids];
-    if limits.cpus.is_some() {
+    if limits.cpus.is_some() || limits.cpu_shares.is_some() {
         w.push(Controller::Cpu);
     }
     w
+}
+
+/// cgroup v2's `cpu.weight` (1–10000, default 100) for v1 shares (2–262144,
+/// default 1024), as runc and crun convert it.
+fn weight_of(shares: u64) -> u64 {
+    1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
 }
 
 /// The `cgroup.procs` descriptors a child writes itself into, one per
@@ -692,6 +711,7 @@ fn build(p: Plan, name: &str, limits: &Limits) -> Result<Placement, CgroupError>
         cpus: limits.cpus.filter(|_| has(Controller::Cpu)),
         mem_mib: limits.mem_mib.filter(|_| has(Controller::Memory)),
         pids: limits.pids.filter(|_| has(Controller::Pids)),
+        cpu_shares: limits.cpu_shares.filter(|_| has(Controller::Cpu)),
     };
     let unenforced = missing
         .iter()
@@ -816,6 +836,14 @@ fn write_limits(
                 }
             }
             (Controller::Cpu, _) => {
+                if let Some(shares) = l.cpu_shares {
+                    match version {
+                        Version::V2 => {
+                            write_file(&dir.join("cpu.weight"), &weight_of(shares).to_string())?
+                        }
+                        Version::V1 => write_file(&dir.join("cpu.shares"), &shares.to_string())?,
+                    }
+                }
                 let Some(cpus) = l.cpus else {
                     continue;
                 };

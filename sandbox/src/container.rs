@@ -93,7 +93,7 @@ impl Join {
 }
 
 /// What a container's sandbox is made of beyond the common spec.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Layout {
     /// The container's root directory (the bundle's rootfs), absolute.
     pub root: PathBuf,
@@ -118,6 +118,11 @@ pub struct Layout {
     pub readonly: Vec<PathBuf>,
     /// The sandbox's OOM score adjustment.
     pub oom_score_adj: Option<i32>,
+    /// A CPU quota in CPUs (a fraction allowed), over the spec's whole
+    /// ones.
+    pub cpu_quota: Option<f64>,
+    /// A relative CPU weight, in cgroup v1 shares.
+    pub cpu_shares: Option<u64>,
     /// Namespaces joined rather than made new (entered before the sandbox
     /// drops its privileges: root only, in practice).
     pub joins: Vec<Join>,

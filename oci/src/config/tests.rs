@@ -102,6 +102,15 @@ fn a_podman_config_becomes_a_plan_with_its_mounts_limits_and_process() {
         "devpts and cgroup are parts of /dev and the read-only /sys"
     );
     assert!(p.sysctls.is_empty());
+    assert_eq!((p.layout.cpu_quota, p.layout.cpu_shares), (None, None));
+    let mut c = podman_like();
+    c["linux"]["resources"]["cpu"] = json!({"quota": 50000, "period": 100000, "shares": 2});
+    let b3 = bundle(&c);
+    let p3 = load(b3.path()).unwrap();
+    assert_eq!(
+        (p3.layout.cpu_quota, p3.layout.cpu_shares),
+        (Some(0.5), Some(2))
+    );
     let mut c = podman_like();
     c["linux"]["sysctl"] = json!({"net.ipv4.ping_group_range": "0 0", "kernel.shmmax": "4096"});
     let b2 = bundle(&c);

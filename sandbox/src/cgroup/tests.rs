@@ -144,6 +144,7 @@ fn limits_out_of_range_are_refused_naming_the_flag_and_the_range() {
         cpus: Some(0.01),
         mem_mib: Some(1),
         pids: Some(MAX_PIDS),
+        cpu_shares: Some(2),
     };
     ok.validate().unwrap();
 }
@@ -250,6 +251,7 @@ fn a_cgroup_made_with_limits_holds_them_in_its_files() {
         cpus: Some(1.5),
         mem_mib: Some(64),
         pids: Some(100),
+        cpu_shares: None,
     };
     let Some(cg) = enforced_or_skip(&name, &limits) else {
         return;
@@ -306,6 +308,7 @@ fn children_that_join_are_listed_in_every_hierarchy_and_remove_kills_them_and_th
         cpus: Some(2.0),
         mem_mib: Some(256),
         pids: Some(64),
+        cpu_shares: None,
     };
     let Some(cg) = enforced_or_skip(&name, &limits) else {
         return;
@@ -631,4 +634,21 @@ fn a_read_only_cgroup_mount_is_unenforced_for_root_too() {
     ));
     let e = plan_in(&m, 0, &Controller::ALL).unwrap_err();
     assert!(e.ends_with("is mounted read-only"), "{e}");
+}
+
+#[test]
+fn cpu_shares_become_the_v2_weight_runc_would_write() {
+    assert_eq!(super::weight_of(2), 1);
+    assert_eq!(super::weight_of(1024), 39);
+    assert_eq!(super::weight_of(262_144), 10_000);
+    assert_eq!(super::weight_of(1), 1, "clamped");
+    let bad = Limits {
+        cpu_shares: Some(1),
+        ..Limits::default()
+    };
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("2 to 262144"));
 }

@@ -389,10 +389,15 @@ type Limits = (
 /// holds without a cgroup: the agent sets RLIMIT_NPROC in the sandbox's
 /// user namespace.
 fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
+    let container = spec.container.as_ref();
     let wanted = cgroup::Limits {
-        cpus: spec.resources.cpus.map(f64::from),
+        // A container's quota may be a fraction of a CPU.
+        cpus: container
+            .and_then(|c| c.cpu_quota)
+            .or(spec.resources.cpus.map(f64::from)),
         mem_mib: spec.resources.mem_mib.map(u64::from),
         pids: Some(spec.resources.pids),
+        cpu_shares: container.and_then(|c| c.cpu_shares),
     };
     let mut info = Vec::new();
     match cgroup::create(name, &wanted)? {

@@ -221,7 +221,6 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
     spec.resources.mem_mib = plan
         .mem_bytes
         .map(|b| u32::try_from(b.div_ceil(1 << 20)).unwrap_or(u32::MAX));
-    spec.resources.cpus = plan.cpus.map(|c| c.ceil().max(1.0) as u32);
     let nproc = layout
         .rlimits
         .iter()
