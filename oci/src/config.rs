@@ -174,13 +174,36 @@ const HONOURED: &[&str] = &[
     "linux.sysctl",
 ];
 
+/// The most bytes of a `config.json` or `process.json` read: engines
+/// write a few KiB; anything near this is not a runtime spec.
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// Reads a config file, refusing one larger than [`MAX_CONFIG_BYTES`]
+/// before reading it.
+fn read_capped(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use std::io::Read as _;
+    let load = |e| ConfigError::Load {
+        path: path.to_owned(),
+        source: oci_spec::OciSpecError::Io(e),
+    };
+    let f = std::fs::File::open(path).map_err(load)?;
+    let mut text = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(load)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(refuse(
+            path.display().to_string(),
+            format!("larger than {MAX_CONFIG_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Reads and checks `bundle/config.json`.
 pub fn load(bundle: &Path) -> Result<Plan, ConfigError> {
     let path = bundle.join("config.json");
-    let text = std::fs::read(&path).map_err(|e| ConfigError::Load {
-        path: path.clone(),
-        source: oci_spec::OciSpecError::Io(e),
-    })?;
+    let text = read_capped(&path)?;
     let raw: Value = serde_json::from_slice(&text).map_err(|source| ConfigError::Json {
         path: path.clone(),
         source,
@@ -273,6 +296,12 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
     }
     let root_path = std::fs::canonicalize(&root_path)
         .map_err(|e| refuse("root.path", format!("{}: {e}", root_path.display())))?;
+    if root_path == Path::new("/") {
+        return Err(refuse(
+            "root.path",
+            "is the host's own root: a container never gets it",
+        ));
+    }
     let process = spec
         .process()
         .as_ref()
@@ -368,10 +397,7 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
 
 /// Reads an `exec --process` file (a runtime-spec `process` object).
 pub fn load_process(path: &Path) -> Result<ProcessPlan, ConfigError> {
-    let text = std::fs::read(path).map_err(|e| ConfigError::Load {
-        path: path.to_owned(),
-        source: oci_spec::OciSpecError::Io(e),
-    })?;
+    let text = read_capped(path)?;
     let raw: Value = serde_json::from_slice(&text).map_err(|source| ConfigError::Json {
         path: path.to_owned(),
         source,

@@ -205,14 +205,44 @@ pub fn write(dir: &Path, record: &Record) -> Result<(), StateError> {
     fs::rename(&tmp, &path).map_err(io_err("cannot write", &path))
 }
 
-/// Reads container `id`'s record.
+/// Marks `dir` as being created by this process (`creating`: its pid and
+/// start time), until `state.json` is written.
+pub fn mark_creating(dir: &Path) -> Result<(), StateError> {
+    let me = std::process::id() as i32;
+    let path = dir.join("creating");
+    let body = format!("{me} {}", start_time(me).unwrap_or(0));
+    fs::write(&path, body).map_err(io_err("cannot write", &path))
+}
+
+/// The process creating the container in `dir`, while it runs.
+pub fn creator(dir: &Path) -> Option<i32> {
+    let text = fs::read_to_string(dir.join("creating")).ok()?;
+    let (pid, start) = text.split_once(' ')?;
+    let (pid, start) = (pid.parse().ok()?, start.parse().ok()?);
+    alive(pid, start).then_some(pid)
+}
+
+/// Reads container `id`'s record: a `creating` one (pid 0) while `create`
+/// runs and has not written it yet.
 pub fn read(root: &Root, id: &str) -> Result<Record, StateError> {
     let dir = root.dir(id)?;
     let path = dir.join("state.json");
     let body = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(StateError::Missing(id.to_owned()))
+            if creator(&dir).is_some() {
+                return Ok(Record {
+                    id: id.to_owned(),
+                    bundle: PathBuf::new(),
+                    pid: 0,
+                    pid_start: 0,
+                    created: String::new(),
+                    sandbox: String::new(),
+                    annotations: BTreeMap::new(),
+                    caps: Vec::new(),
+                });
+            }
+            return Err(StateError::Missing(id.to_owned()));
         }
         Err(e) => return Err(io_err("cannot read", &path)(e)),
     };
@@ -327,6 +357,22 @@ mod tests {
         assert_eq!(read(&root, "c1").unwrap(), r);
         assert!(matches!(read(&root, "nope"), Err(StateError::Missing(_))));
         assert_eq!(root.ids(), vec!["c1".to_owned()]);
+    }
+
+    #[test]
+    fn a_container_being_created_reads_as_creating_until_its_creator_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root(dir.path().join("r"));
+        let d = root.claim("c2").unwrap();
+        assert!(matches!(read(&root, "c2"), Err(StateError::Missing(_))));
+        mark_creating(&d).unwrap();
+        let r = read(&root, "c2").unwrap();
+        assert_eq!(status(&d, &r), Status::Creating);
+        fs::write(d.join("creating"), "999999999 1").unwrap();
+        assert!(
+            matches!(read(&root, "c2"), Err(StateError::Missing(_))),
+            "a dead creator"
+        );
     }
 
     #[test]

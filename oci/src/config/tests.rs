@@ -251,6 +251,12 @@ fn what_a_sandbox_cannot_be_is_refused_with_the_reason() {
     let mut c = podman_like();
     c["root"]["path"] = json!("missing");
     assert!(refusal(&c).contains("root.path"));
+
+    let mut c = podman_like();
+    c["root"]["path"] = json!("/");
+    assert!(refusal(&c).contains("host's own root"));
+    c["root"]["path"] = json!("../../../../../../../../..");
+    assert!(refusal(&c).contains("host's own root"));
 }
 
 #[test]
@@ -289,6 +295,13 @@ fn garbage_is_an_error_never_a_panic() {
     }
     std::fs::remove_file(dir.path().join("config.json")).unwrap();
     assert!(load(dir.path()).is_err());
+    // A huge file is refused before it is read whole.
+    let f = std::fs::File::create(dir.path().join("config.json")).unwrap();
+    f.set_len(MAX_CONFIG_BYTES + 10).unwrap();
+    assert!(load(dir.path())
+        .unwrap_err()
+        .to_string()
+        .contains("larger than"));
 }
 
 #[test]

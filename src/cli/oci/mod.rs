@@ -372,6 +372,7 @@ fn create(root: &Root, a: &CreateArgs) -> anyhow::Result<std::process::Child> {
         bail!("annotation io.boxdesk.backend=vm: the VM backend does not run OCI containers yet (its root over virtio-fs is planned); use namespace or auto");
     }
     let dir = root.claim(&a.id)?;
+    state::mark_creating(&dir)?;
     let started = monitor::spawn(&monitor::Spawn {
         root: &root.0,
         id: &a.id,
@@ -476,20 +477,51 @@ fn parse_signal(s: &str) -> anyhow::Result<Signal> {
 }
 
 /// `kill`: the signal goes to the monitor, which forwards a catchable one
-/// to the process and dies of SIGKILL (its sandbox with it).
+/// to the process and dies of SIGKILL (its sandbox with it). Sent through a
+/// pidfd taken after the start time was checked: never to a reused pid.
 fn kill(root: &Root, id: &str, signal: Option<&str>) -> anyhow::Result<()> {
     let sig = parse_signal(signal.unwrap_or("TERM"))?;
     let (dir, r) = read(root, id)?;
     match state::status(&dir, &r) {
         Status::Created | Status::Running => {}
-        _ => bail!("container {id} is not running"),
+        Status::Creating => bail!("container {id} is being created"),
+        Status::Stopped => bail!("container {id} is not running"),
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid), sig)
-        .with_context(|| format!("signalling container {id}"))
+    signal_monitor(&r, sig).with_context(|| format!("signalling container {id}"))
+}
+
+/// Sends `sig` to `r`'s monitor if it is still that process.
+fn signal_monitor(r: &Record, sig: Signal) -> anyhow::Result<()> {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags, no memory.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, r.pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if !state::alive(r.pid, r.pid_start) {
+        bail!("it is not running");
+    }
+    // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo, no flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig as i32,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
 }
 
 /// `delete`: a stopped container's state and whatever its sandbox left;
-/// `--force` kills a live one first.
+/// `--force` kills a live one first. One being created is left to its
+/// `create`.
 fn delete(root: &Root, id: &str, force: bool) -> anyhow::Result<()> {
     let dir = root.dir(id)?;
     let record = match state::read(root, id) {
@@ -502,6 +534,9 @@ fn delete(root: &Root, id: &str, force: bool) -> anyhow::Result<()> {
         Err(e) => return Err(e.into()),
     };
     let status = state::status(&dir, &record);
+    if status == Status::Creating {
+        bail!("container {id} is being created: delete it once create has returned");
+    }
     if status != Status::Stopped {
         if !force {
             bail!(
@@ -509,7 +544,7 @@ fn delete(root: &Root, id: &str, force: bool) -> anyhow::Result<()> {
                 status.word()
             );
         }
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(record.pid), Signal::SIGKILL);
+        let _ = signal_monitor(&record, Signal::SIGKILL);
         let deadline = Instant::now() + Duration::from_secs(5);
         while state::alive(record.pid, record.pid_start) {
             if Instant::now() > deadline {
