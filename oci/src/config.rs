@@ -277,12 +277,6 @@ fn is_empty(v: &Value) -> bool {
 }
 
 fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
-    if !spec.version().starts_with("1.") {
-        return Err(refuse(
-            "ociVersion",
-            format!("{:?}: boxdesk runs runtime-spec 1.x", spec.version()),
-        ));
-    }
     let root = spec
         .root()
         .as_ref()
@@ -302,6 +296,36 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, ConfigError> {
             "is the host's own root: a container never gets it",
         ));
     }
+    plan_at(spec, root_path)
+}
+
+/// Checks a config's bytes as [`load`] does, its root taken as the temp
+/// dir (no bundle): what the `oci_config` fuzz target drives.
+pub fn check_bytes(bytes: &[u8]) -> Result<Plan, ConfigError> {
+    let raw: Value = serde_json::from_slice(bytes).map_err(|source| ConfigError::Json {
+        path: "config.json".into(),
+        source,
+    })?;
+    check_fields(&raw, "", "")?;
+    let spec: Spec = serde_json::from_value(raw).map_err(|e| ConfigError::Load {
+        path: "config.json".into(),
+        source: oci_spec::OciSpecError::SerDe(e),
+    })?;
+    plan_at(&spec, std::env::temp_dir())
+}
+
+/// The plan of `spec` over its resolved root.
+fn plan_at(spec: &Spec, root_path: PathBuf) -> Result<Plan, ConfigError> {
+    if !spec.version().starts_with("1.") {
+        return Err(refuse(
+            "ociVersion",
+            format!("{:?}: boxdesk runs runtime-spec 1.x", spec.version()),
+        ));
+    }
+    let root = spec
+        .root()
+        .as_ref()
+        .ok_or_else(|| refuse("root", "required"))?;
     let process = spec
         .process()
         .as_ref()
@@ -866,3 +890,19 @@ fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod replay {
+    /// The `oci_config` fuzz target's saved inputs, through the same path.
+    #[test]
+    fn the_fuzz_targets_saved_configs_are_errors_or_plans_never_panics() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/oci_config");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let _ = super::check_bytes(&std::fs::read(e.path()).unwrap());
+            n += 1;
+        }
+        assert!(n > 0, "no saved inputs in {}", dir.display());
+    }
+}
