@@ -14,9 +14,10 @@ say() { printf '[setup] %s\n' "$*"; }
 # the x86_64 guest image takes its busybox from it too), xvfb, x11-apps
 # (xwd) and xdotool (the `boxdesk view` test's X server, screen dump and
 # typing; the viewer itself needs no X library), podman, runc and
-# containerd (the engines `boxdesk oci` runs under, runc its baseline).
+# containerd (the engines `boxdesk oci` runs under, runc its baseline;
+# netavark and iptables: podman's bridge network, a recommendation only).
 pkgs=(bubblewrap qemu-user-static file rustc-web cargo-web rust-web-src device-tree-compiler busybox-static
-  xvfb x11-apps xdotool podman runc containerd)
+  xvfb x11-apps xdotool podman runc containerd netavark iptables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
