@@ -35,7 +35,7 @@ pub const BACKEND_ANNOTATION: &str = "io.boxdesk.backend";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read or is not a runtime spec.
-    #[error("cannot load {}: {source}", path.display())]
+    #[error("cannot load {}", path.display())]
     Load {
         /// `config.json`.
         path: PathBuf,
@@ -43,7 +43,7 @@ pub enum ConfigError {
         source: oci_spec::OciSpecError,
     },
     /// The file is not JSON (checked before oci-spec reads it).
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Json {
         /// `config.json`.
         path: PathBuf,
@@ -59,7 +59,7 @@ pub enum ConfigError {
         why: String,
     },
     /// The seccomp profile cannot be compiled.
-    #[error("config.json: {0}")]
+    #[error("config.json")]
     Seccomp(#[from] crate::seccomp::SeccompError),
 }
 

@@ -35,7 +35,7 @@ pub enum StateError {
     #[error("container {0} already exists")]
     Exists(String),
     /// The state file is not ours to read.
-    #[error("container {id}: corrupt state.json: {source}")]
+    #[error("container {id}: corrupt state.json")]
     Corrupt {
         /// The id.
         id: String,
@@ -43,7 +43,7 @@ pub enum StateError {
         source: serde_json::Error,
     },
     /// A file system call failed.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}", path.display())]
     Io {
         /// What was being done.
         what: &'static str,
