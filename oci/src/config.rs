@@ -97,6 +97,12 @@ pub struct ProcessPlan {
     pub console_size: Option<(u16, u16)>,
     /// The capabilities it asks for (its bounding set).
     pub caps: Vec<String>,
+    /// Its rlimits, `(RLIMIT_*, soft, hard)`.
+    #[serde(default)]
+    pub rlimits: Vec<(i32, u64, u64)>,
+    /// Its OOM score adjustment.
+    #[serde(default)]
+    pub oom_score_adj: Option<i32>,
 }
 
 /// What boxdesk runs for a bundle.
@@ -167,7 +173,19 @@ const HONOURED: &[&str] = &[
     "linux.cgroupsPath",
     "linux.namespaces.*.type",
     "linux.namespaces.*.path",
-    "linux.seccomp",
+    "linux.seccomp.defaultAction",
+    "linux.seccomp.defaultErrnoRet",
+    "linux.seccomp.architectures",
+    "linux.seccomp.flags",
+    "linux.seccomp.listenerPath",
+    "linux.seccomp.listenerMetadata",
+    "linux.seccomp.syscalls.*.names",
+    "linux.seccomp.syscalls.*.action",
+    "linux.seccomp.syscalls.*.errnoRet",
+    "linux.seccomp.syscalls.*.args.*.index",
+    "linux.seccomp.syscalls.*.args.*.value",
+    "linux.seccomp.syscalls.*.args.*.valueTwo",
+    "linux.seccomp.syscalls.*.args.*.op",
     "linux.maskedPaths",
     "linux.readonlyPaths",
     "linux.rootfsPropagation",
@@ -353,18 +371,8 @@ fn plan_at(spec: &Spec, root_path: PathBuf) -> Result<Plan, ConfigError> {
             "a proc mount is required (the agent runs from /proc/self/fd)",
         ));
     }
-    layout.masked = linux
-        .masked_paths()
-        .iter()
-        .flatten()
-        .map(PathBuf::from)
-        .collect();
-    layout.readonly = linux
-        .readonly_paths()
-        .iter()
-        .flatten()
-        .map(PathBuf::from)
-        .collect();
+    layout.masked = kernel_paths("linux.maskedPaths", linux.masked_paths())?;
+    layout.readonly = kernel_paths("linux.readonlyPaths", linux.readonly_paths())?;
     if let Some(seccomp) = linux.seccomp() {
         layout.seccomp = crate::seccomp::compile(seccomp)?;
     }
@@ -477,6 +485,31 @@ pub fn check_sysctl(key: &str, net_host: bool) -> Result<(), String> {
     )
 }
 
+/// Masked or read-only paths: beneath `/proc` or `/sys` only, the kernel's
+/// views the sandbox shares with the host (an image's own path would be
+/// looked up on the host by bubblewrap, so it is refused, not guessed).
+fn kernel_paths(field: &str, paths: &Option<Vec<String>>) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, p) in paths.iter().flatten().enumerate() {
+        let path = PathBuf::from(p);
+        let plain = path.is_absolute()
+            && path.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            });
+        if !plain || !(path.starts_with("/proc/") || path.starts_with("/sys/")) {
+            return Err(refuse(
+                format!("{field}[{i}]"),
+                format!("{p:?}: only paths beneath /proc or /sys are supported"),
+            ));
+        }
+        out.push(path);
+    }
+    Ok(out)
+}
+
 /// The process part every process shares, init or exec'd.
 pub fn process_plan(p: &Process) -> Result<ProcessPlan, ConfigError> {
     let user = p.user();
@@ -557,6 +590,11 @@ pub fn process_plan(p: &Process) -> Result<ProcessPlan, ConfigError> {
             )
         }),
         caps,
+        rlimits: rlimits(p)?
+            .into_iter()
+            .map(|r| (r.resource, r.soft, r.hard))
+            .collect(),
+        oom_score_adj: p.oom_score_adj(),
     })
 }
 
@@ -661,6 +699,7 @@ fn mounts(list: &[oci_spec::runtime::Mount]) -> Result<Vec<Mount>, ConfigError> 
     let mut out = Vec::with_capacity(list.len());
     let mut sysfs: Vec<PathBuf> = Vec::new();
     let mut dev: Option<PathBuf> = None;
+    let mut binds: Vec<PathBuf> = Vec::new();
     for (i, m) in list.iter().enumerate() {
         let field = |k: &str| format!("mounts[{i}].{k}");
         let dest = m.destination().clone();
@@ -694,6 +733,19 @@ fn mounts(list: &[oci_spec::runtime::Mount]) -> Result<Vec<Mount>, ConfigError> 
                 return Err(refuse(field("options"), format!("{o:?} is not supported")));
             }
         }
+        // bubblewrap resolves a destination as a path, and a bind's source
+        // is a host directory the container may fill with symlinks: nothing
+        // is mounted beneath one.
+        if let Some(outer) = binds.iter().find(|b| dest.starts_with(b) && dest != **b) {
+            return Err(refuse(
+                field("destination"),
+                format!(
+                    "{} is beneath the bind mount at {}: not supported",
+                    dest.display(),
+                    outer.display()
+                ),
+            ));
+        }
         let readonly = opts.contains(&"ro");
         let bind = opts.iter().any(|o| *o == "bind" || *o == "rbind");
         let typ = m.typ().as_deref().unwrap_or(if bind { "bind" } else { "" });
@@ -710,6 +762,7 @@ fn mounts(list: &[oci_spec::runtime::Mount]) -> Result<Vec<Mount>, ConfigError> 
                             format!("{} is not absolute", source.display()),
                         ));
                     }
+                    binds.push(dest.clone());
                     Mount::Bind {
                         source,
                         dest,
@@ -860,6 +913,12 @@ fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
         }
         // Memory plus swap: boxdesk limits memory only, so a total below
         // the memory limit cannot be held to.
+        if let Some(swap) = m.swap().filter(|&s| s < -1) {
+            return Err(refuse(
+                "linux.resources.memory.swap",
+                format!("{swap} is not a size"),
+            ));
+        }
         if let (Some(swap), Some(limit)) = (m.swap(), mem) {
             if swap != -1 && (swap as u64) < limit {
                 return Err(refuse(
@@ -879,7 +938,9 @@ fn resources(linux: &oci_spec::runtime::Linux) -> Result<Limits, ConfigError> {
         .map(|l| l as u64);
     let mut cpus = (None, None);
     if let Some(c) = r.cpu() {
-        if let (Some(q), Some(p)) = (c.quota().filter(|&q| q > 0), c.period().filter(|&p| p > 0)) {
+        // The kernel's default period is 100 ms.
+        if let Some(q) = c.quota().filter(|&q| q > 0) {
+            let p = c.period().filter(|&p| p > 0).unwrap_or(100_000);
             cpus.0 = Some(q as f64 / p as f64);
         }
         // 0 means unset; 1024 is the kernel's default weight.

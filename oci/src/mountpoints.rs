@@ -26,19 +26,19 @@ use std::path::{Component, Path, PathBuf};
 use boxdesk_sandbox::container::{Layout, Mount};
 use nix::errno::Errno;
 
-/// Why a mount point cannot be made.
+/// Why a mount point cannot be made, or the program is not there.
 #[derive(Debug, thiserror::Error)]
-#[error("mounts: {}: {why}", dest.display())]
+#[error("{field}: {why}")]
 pub struct MountpointError {
-    /// The destination.
-    pub dest: PathBuf,
+    /// What is wrong (`mounts: /etc/hosts`, `process.args[0]`).
+    pub field: String,
     /// Why.
     pub why: String,
 }
 
 fn err(dest: &Path, why: impl Into<String>) -> MountpointError {
     MountpointError {
-        dest: dest.to_owned(),
+        field: format!("mounts: {}", dest.display()),
         why: why.into(),
     }
 }
@@ -165,6 +165,55 @@ fn step(
         Err(e) => return Err(err(dest, format!("cannot create: {e}"))),
     }
     open_in_root(root, &full).map_err(|e| err(dest, e.to_string()))
+}
+
+/// Refuses, as runc does at create, a program the container's root does
+/// not hold: `args[0]` itself when it has a `/`, else in a `PATH` dir of
+/// `env` (the agent's default `PATH` without one), each looked up in the
+/// root as the container will (symlinks within it). A dir a bind mount
+/// covers is not judged: its files are not in the root. The message is
+/// runc's, which engines turn into exit 127.
+pub fn check_program(
+    layout: &Layout,
+    program: &str,
+    env: &[String],
+) -> Result<(), MountpointError> {
+    let root = open_dir(&layout.root).map_err(|e| err(&layout.root, e.to_string()))?;
+    let covered = |dir: &Path| {
+        layout.mounts.iter().any(|m| match m {
+            Mount::Bind { dest, .. } | Mount::Tmpfs { dest, .. } => dir.starts_with(dest),
+            _ => false,
+        })
+    };
+    let found = |path: &Path| -> bool {
+        let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+            return false;
+        };
+        open_in_root(&root, &c).is_ok()
+    };
+    let missing = || MountpointError {
+        field: "process.args[0]".into(),
+        why: format!("exec: {program:?}: executable file not found in $PATH"),
+    };
+    if program.contains('/') {
+        let path = Path::new("/").join(program);
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        return if covered(dir) || found(&path) {
+            Ok(())
+        } else {
+            Err(missing())
+        };
+    }
+    let path_var = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or(boxdesk_sandbox::running::AGENT_PATH);
+    for dir in path_var.split(':').filter(|d| d.starts_with('/')) {
+        if covered(Path::new(dir)) || found(&Path::new(dir).join(program)) {
+            return Ok(());
+        }
+    }
+    Err(missing())
 }
 
 fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
@@ -306,6 +355,26 @@ mod tests {
         let e = prepare(&mut l).unwrap_err();
         assert!(e.to_string().contains("dangling symlink"), "{e}");
         assert!(!target.exists());
+    }
+
+    #[test]
+    fn a_program_the_root_does_not_hold_is_refused_as_runc_words_it() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("bin/busybox"), b"").unwrap();
+        symlink("busybox", root.join("bin/sh")).unwrap();
+        let l = layout(&root, vec![bind(t.path(), "/opt/tools")]);
+        let env = ["PATH=/usr/bin:/bin".to_owned()];
+        check_program(&l, "sh", &env).unwrap();
+        check_program(&l, "/bin/sh", &env).unwrap();
+        check_program(&l, "/opt/tools/anything", &env).unwrap();
+        let e = check_program(&l, "nope", &env).unwrap_err();
+        assert!(
+            e.to_string().contains("executable file not found in $PATH"),
+            "{e}"
+        );
+        assert!(check_program(&l, "/usr/bin/nope", &env).is_err());
     }
 
     #[test]

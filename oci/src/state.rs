@@ -42,6 +42,9 @@ pub enum StateError {
         /// What serde said.
         source: serde_json::Error,
     },
+    /// The root is not this user's private directory.
+    #[error("{}: the state root must be a directory of this user's that no one else can write to, not a symlink", .0.display())]
+    Unsafe(PathBuf),
     /// A file system call failed.
     #[error("{what} {}", path.display())]
     Io {
@@ -98,14 +101,24 @@ pub struct Record {
     pub pid: i32,
     /// The monitor's start time (`/proc/<pid>/stat` field 22).
     pub pid_start: u64,
+    /// The sandbox's first process (its agent), whose namespaces are the
+    /// container's: what another container joining this one's joins.
+    #[serde(default)]
+    pub ns_pid: i32,
     /// When it was created (RFC 3339, UTC).
     pub created: String,
     /// The boxdesk sandbox it is (`boxdesk ls` lists it).
     pub sandbox: String,
     /// The config's annotations.
     pub annotations: BTreeMap<String, String>,
-    /// The capabilities its processes may have.
+    /// The capabilities its processes have.
     pub caps: Vec<String>,
+    /// Its rlimits, `(RLIMIT_*, soft, hard)`: every process's.
+    #[serde(default)]
+    pub rlimits: Vec<(i32, u64, u64)>,
+    /// Its OOM score adjustment: every process's.
+    #[serde(default)]
+    pub oom_score_adj: Option<i32>,
 }
 
 /// The runtime's root dir.
@@ -127,13 +140,24 @@ impl Root {
         }
     }
 
-    /// Makes the root (0700) if missing.
+    /// Makes the root (0700) if missing, and refuses one that is not this
+    /// user's own (a symlink, another owner, writable by others): whoever
+    /// controls it controls the containers' sockets and the pids `kill`
+    /// signals. Engines make theirs 0700 or 0711.
     pub fn ensure(&self) -> Result<(), StateError> {
+        use std::os::unix::fs::MetadataExt as _;
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.0)
-            .map_err(io_err("cannot make the state root", &self.0))
+            .map_err(io_err("cannot make the state root", &self.0))?;
+        let meta = fs::symlink_metadata(&self.0).map_err(io_err("cannot inspect", &self.0))?;
+        // SAFETY: geteuid has no arguments and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(StateError::Unsafe(self.0.clone()));
+        }
+        Ok(())
     }
 
     /// The dir of container `id`, after checking the id.
@@ -236,10 +260,13 @@ pub fn read(root: &Root, id: &str) -> Result<Record, StateError> {
                     bundle: PathBuf::new(),
                     pid: 0,
                     pid_start: 0,
+                    ns_pid: 0,
                     created: String::new(),
                     sandbox: String::new(),
                     annotations: BTreeMap::new(),
                     caps: Vec::new(),
+                    rlimits: Vec::new(),
+                    oom_score_adj: None,
                 });
             }
             return Err(StateError::Missing(id.to_owned()));
@@ -323,10 +350,13 @@ mod tests {
             bundle: "/b".into(),
             pid: me,
             pid_start: start_time(me).unwrap(),
+            ns_pid: 0,
             created: now_rfc3339(),
             sandbox: "oci-c".into(),
             annotations: BTreeMap::new(),
             caps: vec![],
+            rlimits: vec![],
+            oom_score_adj: None,
         };
         assert_eq!(status(dir.path(), &r), Status::Created);
         fs::write(dir.path().join("started"), b"").unwrap();
@@ -348,10 +378,13 @@ mod tests {
             bundle: "/b".into(),
             pid: 1,
             pid_start: 2,
+            ns_pid: 3,
             created: now_rfc3339(),
             sandbox: "oci-c1".into(),
             annotations: [("k".to_owned(), "v".to_owned())].into(),
             caps: vec!["CAP_KILL".into()],
+            rlimits: vec![(7, 1024, 1024)],
+            oom_score_adj: Some(100),
         };
         write(&d, &r).unwrap();
         assert_eq!(read(&root, "c1").unwrap(), r);
@@ -373,6 +406,23 @@ mod tests {
             matches!(read(&root, "c2"), Err(StateError::Missing(_))),
             "a dead creator"
         );
+    }
+
+    #[test]
+    fn a_state_root_others_can_reach_or_a_symlink_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(Root(open).ensure(), Err(StateError::Unsafe(_))));
+        let link = dir.path().join("link");
+        let target = dir.path().join("target");
+        fs::create_dir(&target).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(matches!(Root(link).ensure(), Err(StateError::Unsafe(_))));
+        Root(dir.path().join("new")).ensure().unwrap();
     }
 
     #[test]

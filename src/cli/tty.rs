@@ -142,6 +142,11 @@ pub const CONTAINER_SIGNALS: &[Signal] = &[
     Signal::SIGXCPU,
     Signal::SIGXFSZ,
     Signal::SIGIO,
+    Signal::SIGABRT,
+    Signal::SIGTRAP,
+    Signal::SIGSYS,
+    Signal::SIGSTKFLT,
+    Signal::SIGURG,
 ];
 
 /// The signals the CLI forwards to the command instead of dying of them.

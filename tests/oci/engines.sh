@@ -75,12 +75,22 @@ out=$(podman --runtime "$rt" exec bx-detached sh -c 'echo in-exec; exit 4') && r
 pass "podman exec printed and exited 4"
 echo piped | podman --runtime "$rt" exec -i bx-detached cat | grep -qx piped || fail "podman exec -i: stdin"
 pass "podman exec -i carries stdin"
+podman --runtime "$rt" exec -d bx-detached sh -c 'echo detached > /dev/shm/d' >/dev/null
+for _ in $(seq 50); do podman --runtime "$rt" exec bx-detached cat /dev/shm/d 2>/dev/null | grep -q detached && break; sleep 0.1; done
+podman --runtime "$rt" exec bx-detached cat /dev/shm/d | grep -qx detached || fail "podman exec -d did not run"
+pass "podman exec -d runs in a monitor of its own"
+out=$(podman --runtime "$rt" run --rm --network container:bx-detached "${lim[@]}" "$img" cat /proc/net/dev) ||
+  fail "podman run --network container:: $out"
+mine=$(podman --runtime "$rt" exec bx-detached cat /proc/net/dev)
+[ "$(echo "$out" | cut -d: -f1 | sort)" = "$(echo "$mine" | cut -d: -f1 | sort)" ] ||
+  fail "--network container: is another network namespace"
+pass "podman run --network container:X joins X's sandbox's network namespace"
 podman --runtime "$rt" stop -t 5 bx-detached >/dev/null
 [ "$(podman --runtime "$rt" inspect bx-detached --format '{{.State.Status}}')" = exited ] ||
   fail "podman stop: not exited"
 podman --runtime "$rt" rm bx-detached >/dev/null
 [ ! -e "/run/boxdesk-oci/$id" ] || fail "podman rm left /run/boxdesk-oci/$id"
-left() { ls /run/boxdesk-oci/.run/boxdesk /run/boxdesk-oci/.state/boxdesk 2>/dev/null | grep "^oci-${1:0:12}" || true; }
+left() { ls /run/boxdesk-oci/.run/boxdesk /run/boxdesk-oci/.state/boxdesk 2>/dev/null | grep -- "-${1:0:12}" || true; }
 [ -z "$(left "$id")" ] || fail "podman rm left $(left "$id")"
 pass "podman run -d / stop / rm, nothing left behind"
 

@@ -184,3 +184,33 @@ fn a_field_boxdesk_cannot_honour_is_refused_by_name_and_nothing_is_left() {
     assert_eq!(out.code(), 1, "{out}");
     assert!(out.stderr.contains("VM backend"), "{out}");
 }
+
+#[test]
+fn the_agent_the_container_sees_is_a_sealed_copy_not_the_hosts_binary() {
+    let Some(b) = bundle(|c| {
+        c["process"]["args"] = json!([
+            "sh",
+            "-c",
+            "readlink /proc/1/exe 2>/dev/null || echo hidden; \
+             (echo x >> /proc/1/exe) 2>/dev/null && echo wrote || echo refused; ls /proc/self/fd"
+        ]);
+    }) else {
+        return;
+    };
+    let out = b.run_container("exe");
+    assert_eq!(out.code(), 0, "{out}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    // The agent is not dumpable: its exe link is hidden from the
+    // container's processes; where it shows, it is the sealed copy.
+    if fs::read_to_string("/proc/sys/vm/memfd_noexec").is_ok_and(|v| v.trim() == "2") {
+        println!("skipped the memfd half: vm.memfd_noexec is 2 here");
+    } else {
+        assert!(
+            lines[0] == "hidden" || lines[0].starts_with("/memfd:boxdesk-agent"),
+            "{out}"
+        );
+    }
+    assert_eq!(lines[1], "refused", "{out}");
+    // Only stdio (and ls's own directory) are open in the process.
+    assert_eq!(lines[2..], ["0", "1", "2", "3"], "{out}");
+}

@@ -237,6 +237,27 @@ fn what_a_sandbox_cannot_be_is_refused_with_the_reason() {
     assert!(refusal(&c).contains("linux.resources.devices[0].access"));
 
     let mut c = podman_like();
+    c["mounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"destination": "/etc/hosts/x", "type": "tmpfs", "source": "tmpfs"}));
+    assert!(refusal(&c).contains("beneath the bind mount at /etc/hosts"));
+
+    let mut c = podman_like();
+    c["linux"]["readonlyPaths"] = json!(["/etc"]);
+    assert!(refusal(&c).contains("linux.readonlyPaths[0]"));
+    c["linux"]["readonlyPaths"] = json!(["/proc/../etc"]);
+    assert!(refusal(&c).contains("linux.readonlyPaths[0]"));
+
+    let mut c = podman_like();
+    c["linux"]["seccomp"] = json!({"defaultAction": "SCMP_ACT_ALLOW", "newThing": 1});
+    assert!(refusal(&c).contains("linux.seccomp.newThing"));
+
+    let mut c = podman_like();
+    c["linux"]["resources"]["memory"]["swap"] = json!(-5);
+    assert!(refusal(&c).contains("not a size"));
+
+    let mut c = podman_like();
     c["linux"]["resources"]["memory"]["swap"] = json!(1024);
     assert!(refusal(&c).contains("linux.resources.memory.swap"));
 

@@ -460,7 +460,7 @@ pub fn spawn(
         // bwrap runs the agent from this descriptor: nothing of boxdesk is
         // bound into the container's tree.
         let path = layout.agent.as_ref().unwrap_or(&spec.exe);
-        let exe = File::open(path).map_err(|source| NamespaceError::Inspect {
+        let exe = sealed_copy(path).map_err(|source| NamespaceError::Inspect {
             what: format!("the agent binary {}", path.display()),
             source,
         })?;
@@ -513,10 +513,17 @@ pub fn spawn(
     if let Some(layout) = &spec.container {
         setup.set_limits(&layout.rlimits, layout.oom_score_adj);
         for j in &layout.joins {
-            let f = File::open(j.path()).map_err(|source| NamespaceError::Inspect {
-                what: format!("the namespace to join at {}", j.path().display()),
-                source,
-            })?;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            // Never blocking on whatever is there (its caller checked it is
+            // a namespace).
+            let f = File::options()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(j.path())
+                .map_err(|source| NamespaceError::Inspect {
+                    what: format!("the namespace to join at {}", j.path().display()),
+                    source,
+                })?;
             let kind = match j {
                 crate::container::Join::Net(_) => libc::CLONE_NEWNET,
                 crate::container::Join::Ipc(_) => libc::CLONE_NEWIPC,
@@ -548,6 +555,37 @@ pub fn spawn(
         child,
         output: File::from(out_read),
     })
+}
+
+/// The agent a container runs, as a sealed in-memory copy (as runc runs
+/// itself): its `/proc/1/exe` then leads to no host file a process in it
+/// could open for writing, whoever owns the binary. Where the kernel
+/// forbids executing memfds (`vm.memfd_noexec` = 2), the file itself.
+fn sealed_copy(path: &Path) -> io::Result<File> {
+    use std::os::fd::FromRawFd as _;
+    let noexec = fs::read_to_string("/proc/sys/vm/memfd_noexec").is_ok_and(|v| v.trim() == "2");
+    if noexec {
+        return File::open(path);
+    }
+    // SAFETY: memfd_create reads a NUL-terminated name; flags only.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"boxdesk-agent".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let mut mem = unsafe { File::from_raw_fd(fd) };
+    io::copy(&mut File::open(path)?, &mut mem)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: F_ADD_SEALS on a memfd we own, an int argument.
+    if unsafe { libc::fcntl(mem.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(mem)
 }
 
 /// The seccomp programs of this host's architecture, as bytes.

@@ -372,6 +372,16 @@ fn namespace_spec(spec: &SandboxSpec) -> Result<Spec, RunError> {
     ns.home = spec.home.clone();
     ns.cwd = spec.cwd.clone();
     ns.pids_max = spec.resources.pids;
+    // A container's own RLIMIT_NPROC is the agent's task limit (the cgroup
+    // keeps `resources.pids`).
+    if let Some(nproc) = spec.container.as_ref().and_then(|c| {
+        c.rlimits
+            .iter()
+            .find(|r| r.resource == libc::RLIMIT_NPROC as i32)
+            .map(|r| r.hard)
+    }) {
+        ns.pids_max = nproc;
+    }
     ns.tmp_bytes = spec.resources.tmp_bytes;
     ns.container = spec.container.clone();
     Ok(ns)

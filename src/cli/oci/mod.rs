@@ -337,22 +337,31 @@ impl Log {
     }
 }
 
-/// The boxdesk sandbox name of container `id`: `oci-<id>` when that is a
-/// valid name of at most 28 bytes, else `oci-` and 12 characters of the
-/// id (a 64-hex engine id: its short form, as `podman ps` shows it) or,
-/// for any other id, of its hash.
-pub fn sandbox_name(id: &str) -> String {
-    let plain = format!("oci-{id}");
-    if plain.len() <= 28 && boxdesk_platform::names::validate_name(&plain).is_ok() {
+/// The boxdesk sandbox name of container `id` under runtime root `root`:
+/// `oci-<r>-<id>`, `<r>` four hex digits of the root (two engines' roots
+/// each have a container `c1`; their sandboxes, and cgroups, must not
+/// meet), when that is a valid name of at most 36 bytes; else `<id>` is
+/// cut to 12 characters for a hex engine id (its short form, as `podman
+/// ps` shows it) or replaced by 12 of its hash.
+pub fn sandbox_name(root: &Path, id: &str) -> String {
+    use std::hash::{Hash as _, Hasher as _};
+    let hash = |x: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        x(&mut h);
+        h.finish()
+    };
+    let r = hash(&|h| root.hash(h)) & 0xffff;
+    let plain = format!("oci-{r:04x}-{id}");
+    if plain.len() <= 36 && boxdesk_platform::names::validate_name(&plain).is_ok() {
         return plain;
     }
     if id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return format!("oci-{}", &id[..12]);
+        return format!("oci-{r:04x}-{}", &id[..12]);
     }
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    id.hash(&mut h);
-    format!("oci-{:012x}", h.finish() & 0xffff_ffff_ffff)
+    format!(
+        "oci-{r:04x}-{:012x}",
+        hash(&|h| id.hash(h)) & 0xffff_ffff_ffff
+    )
 }
 
 /// `create`: checks the bundle, claims the id, starts the monitor and
@@ -388,7 +397,11 @@ fn create(root: &Root, a: &CreateArgs) -> anyhow::Result<std::process::Child> {
         }
     };
     if let Some(f) = &a.pid_file {
-        write_pid_file(f, pid)?;
+        if let Err(e) = write_pid_file(f, pid) {
+            // No engine will know of this container: it must not live on.
+            let _ = delete(root, &a.id, true);
+            return Err(e);
+        }
     }
     Ok(child)
 }
@@ -403,7 +416,11 @@ fn write_pid_file(path: &Path, pid: i32) -> anyhow::Result<()> {
 /// `run`: create, start, and (without --detach) wait.
 fn run(root: &Root, a: &CreateArgs, detach: bool) -> anyhow::Result<i32> {
     let mut child = create(root, a)?;
-    start(root, &a.id)?;
+    if let Err(e) = start(root, &a.id) {
+        let _ = delete(root, &a.id, true);
+        let _ = child.wait();
+        return Err(e);
+    }
     if detach {
         return Ok(0);
     }
@@ -481,6 +498,13 @@ fn parse_signal(s: &str) -> anyhow::Result<Signal> {
 /// pidfd taken after the start time was checked: never to a reused pid.
 fn kill(root: &Root, id: &str, signal: Option<&str>) -> anyhow::Result<()> {
     let sig = parse_signal(signal.unwrap_or("TERM"))?;
+    // What the monitor forwards, and KILL, which ends it and the sandbox.
+    // Anything else would act on the monitor itself (stop it, kill it
+    // without its sandbox's clean end) or be lost: refused.
+    let forwarded = crate::cli::exec::forwarded_for(crate::cli::exec::Relay::Container);
+    if sig != Signal::SIGKILL && !forwarded.contains(sig) {
+        bail!("{sig} cannot be delivered to a boxdesk container's process");
+    }
     let (dir, r) = read(root, id)?;
     match state::status(&dir, &r) {
         Status::Created | Status::Running => {}
@@ -573,8 +597,28 @@ fn exec(root: &Root, a: ExecArgs) -> anyhow::Result<i32> {
     let mut process = match &a.process {
         Some(path) => {
             let plan = config::load_process(path)?;
-            if let Some(extra) = plan.caps.iter().find(|c| !r.caps.contains(c)) {
-                bail!("process.capabilities: {extra} is not among the container's capabilities");
+            // Every process of a sandbox has the sandbox's capabilities,
+            // rlimits and OOM score: one asking for others is refused.
+            let mut caps = plan.caps.clone();
+            caps.sort();
+            let mut theirs = r.caps.clone();
+            theirs.sort();
+            if !plan.caps.is_empty() && caps != theirs {
+                bail!(
+                    "process.capabilities: an exec'd process has the container's ({}), not others",
+                    theirs.join(",")
+                );
+            }
+            let sorted = |v: &[(i32, u64, u64)]| {
+                let mut v = v.to_vec();
+                v.sort_unstable();
+                v
+            };
+            if !plan.rlimits.is_empty() && sorted(&plan.rlimits) != sorted(&r.rlimits) {
+                bail!("process.rlimits: an exec'd process has the container's, not others");
+            }
+            if plan.oom_score_adj.is_some() && plan.oom_score_adj != r.oom_score_adj {
+                bail!("process.oomScoreAdj: an exec'd process has the container's, not another");
             }
             plan
         }
@@ -589,6 +633,8 @@ fn exec(root: &Root, a: ExecArgs) -> anyhow::Result<i32> {
                 terminal: a.tty,
                 console_size: None,
                 caps: Vec::new(),
+                rlimits: Vec::new(),
+                oom_score_adj: None,
             }
         }
     };
@@ -676,13 +722,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn engine_ids_become_short_sandbox_names_and_short_ids_stay_readable() {
-        assert_eq!(sandbox_name("web1"), "oci-web1");
+    fn engine_ids_become_short_sandbox_names_apart_per_root() {
+        let root = Path::new("/run/boxdesk-oci");
+        let name = sandbox_name(root, "web1");
+        assert!(
+            name.starts_with("oci-") && name.ends_with("-web1") && name.len() == 13,
+            "{name}"
+        );
+        assert_ne!(
+            name,
+            sandbox_name(Path::new("/run/containerd/runc/k8s.io"), "web1")
+        );
+        assert_eq!(name, sandbox_name(root, "web1"), "stable");
         let long = "5960f66a9acea6b223fc0338a7d944a89dd883d90d51a8314beebac9c3e263df";
-        assert_eq!(sandbox_name(long), "oci-5960f66a9ace");
-        let odd = sandbox_name("a+b");
-        assert!(odd.starts_with("oci-") && odd.len() == 16, "{odd}");
-        for n in [sandbox_name(long), odd, sandbox_name(&"x".repeat(200))] {
+        assert!(sandbox_name(root, long).ends_with("-5960f66a9ace"));
+        let odd = sandbox_name(root, "a+b");
+        assert!(odd.starts_with("oci-") && odd.len() == 21, "{odd}");
+        for n in [
+            sandbox_name(root, long),
+            odd,
+            sandbox_name(root, &"x".repeat(200)),
+        ] {
             boxdesk_platform::names::validate_name(&n).unwrap();
         }
     }
@@ -693,6 +753,18 @@ mod tests {
         assert_eq!(parse_signal("sigkill").unwrap(), Signal::SIGKILL);
         assert_eq!(parse_signal("9").unwrap(), Signal::SIGKILL);
         assert!(parse_signal("NOPE").is_err());
+        let f = crate::cli::exec::forwarded_for(crate::cli::exec::Relay::Container);
+        for s in [
+            Signal::SIGTERM,
+            Signal::SIGUSR1,
+            Signal::SIGHUP,
+            Signal::SIGWINCH,
+        ] {
+            assert!(f.contains(s), "{s}");
+        }
+        for s in [Signal::SIGSTOP, Signal::SIGCHLD, Signal::SIGSEGV] {
+            assert!(!f.contains(s), "{s}");
+        }
         assert!(parse_signal("99").is_err());
     }
 }

@@ -57,9 +57,11 @@ pub struct MonitorArgs {
     console_socket: Option<PathBuf>,
     #[arg(long)]
     ready_fd: i32,
-    /// An exec monitor's request, as JSON.
+    /// An exec monitor's request: a JSON file in the container's dir
+    /// (0600; read and removed), never the command line, which any user
+    /// can read.
     #[arg(long)]
-    exec: Option<String>,
+    exec_file: Option<PathBuf>,
 }
 
 /// One more process for a running container.
@@ -99,7 +101,20 @@ pub fn spawn(s: &Spawn<'_>) -> anyhow::Result<(std::process::Child, i32)> {
         cmd.arg("--console-socket").arg(c);
     }
     if let Some(e) = s.exec {
-        cmd.arg("--exec").arg(serde_json::to_string(e)?);
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = s.root.join(s.id).join(format!(
+            "exec-{}-{}.json",
+            std::process::id(),
+            state::now_rfc3339()
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        f.write_all(&serde_json::to_vec(e)?)?;
+        cmd.arg("--exec-file").arg(&path);
     }
     let write_raw = write.as_raw_fd();
     // SAFETY: the hook only calls async-signal-safe functions (dup2,
@@ -142,10 +157,15 @@ pub fn run(a: MonitorArgs) -> i32 {
             anyhow::Error::new(e).context("blocking signals"),
         );
     }
-    if let Some(json) = &a.exec {
-        let request: ExecRequest = match serde_json::from_str(json) {
+    if let Some(file) = &a.exec_file {
+        let read = std::fs::read(file);
+        let _ = std::fs::remove_file(file);
+        let request: ExecRequest = match read
+            .map_err(anyhow::Error::new)
+            .and_then(|b| serde_json::from_slice(&b).map_err(anyhow::Error::new))
+        {
             Ok(r) => r,
-            Err(e) => return fail(&mut ready, anyhow::Error::new(e).context("--exec")),
+            Err(e) => return fail(&mut ready, e.context("--exec-file")),
         };
         return match relay(&request, a.console_socket.as_deref(), &mut ready) {
             Ok(code) => code,
@@ -185,7 +205,7 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
             .context("process.terminal needs --console-socket")?;
         super::console::attach(socket, plan.process.console_size)?;
     }
-    let name = super::sandbox_name(&a.id);
+    let name = super::sandbox_name(&a.root, &a.id);
     // SIGPIPE: a vanished peer is an EPIPE on its own connection.
     // SAFETY: SIG_IGN installs no handler code.
     unsafe {
@@ -200,13 +220,18 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
     let mut layout = plan.layout;
     layout.agent = Some(super::agent::find()?);
     boxdesk_oci::mountpoints::prepare(&mut layout)?;
+    boxdesk_oci::joins::resolve(&mut layout.joins, &boxdesk_oci::state::Root(a.root.clone()))?;
+    boxdesk_oci::mountpoints::check_program(&layout, &plan.process.args[0], &plan.process.env)?;
     // A container of this id SIGKILLed earlier may have left its sandbox's
     // remains (nothing is touched while a keeper holds the name).
     crate::cli::ls::remove_remains(&name, Duration::ZERO);
     let on_stop = Box::new(|| std::process::exit(128 + libc::SIGKILL));
     let (keeper, control) = Keeper::claim(&name, false, false, on_stop)?;
+    // A failed create leaves nothing: the claim, the sandbox's cgroup,
+    // log and state (engines never reuse the id to clean them).
     let undo = |keeper: &Keeper, e: anyhow::Error| -> anyhow::Error {
         keeper.abandon();
+        crate::cli::ls::remove_remains(&name, Duration::from_secs(1));
         e
     };
     if let Err(e) = keeper.serve(control) {
@@ -221,14 +246,9 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
     spec.resources.mem_mib = plan
         .mem_bytes
         .map(|b| u32::try_from(b.div_ceil(1 << 20)).unwrap_or(u32::MAX));
-    let nproc = layout
-        .rlimits
-        .iter()
-        .find(|r| r.resource == libc::RLIMIT_NPROC as i32)
-        .map(|r| r.hard);
-    if let Some(p) = nproc.or(plan.pids) {
-        spec.resources.pids = p;
-    }
+    // The cgroup's task cap: the config's, else every sandbox's default
+    // (an RLIMIT_NPROC of its own is the agent's, set apart).
+    spec.resources.pids = plan.pids.unwrap_or(boxdesk_sandbox::DEFAULT_PIDS);
     let caps = layout.caps.clone();
     let joins_net = layout
         .joins
@@ -251,15 +271,29 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
     keeper.hold(Arc::clone(&sandbox));
     if let Err(e) = sandbox.wait_ready() {
         let log = boxdesk_sandbox::log::tail(&keeper.paths().log);
-        let e = undo(
+        return Err(undo(
             &keeper,
             anyhow::Error::new(e).context(log.trim().to_owned()),
-        );
-        crate::cli::ls::remove_remains(&name, Duration::ZERO);
-        return Err(e);
+        ));
     }
+    // The sandbox's first process, the agent: its namespaces are the
+    // container's.
+    let agent = std::fs::read_to_string(format!("/proc/{bwrap}/task/{bwrap}/children"))
+        .ok()
+        .and_then(|c| {
+            c.split_whitespace()
+                .next()
+                .and_then(|p| p.parse::<i32>().ok())
+        })
+        .unwrap_or(0);
     if !plan.sysctls.is_empty() {
-        if let Err(e) = set_sysctls(bwrap, &plan.sysctls, joins_net) {
+        if agent == 0 {
+            return Err(undo(
+                &keeper,
+                anyhow::anyhow!("cannot find the sandbox's agent to set its sysctls"),
+            ));
+        }
+        if let Err(e) = set_sysctls(agent, &plan.sysctls, joins_net) {
             return Err(undo(&keeper, e));
         }
     }
@@ -282,10 +316,13 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
         bundle: a.bundle.clone(),
         pid: me,
         pid_start: state::start_time(me).unwrap_or(0),
+        ns_pid: agent,
         created: state::now_rfc3339(),
         sandbox: name.clone(),
         annotations: plan.annotations,
         caps,
+        rlimits: plan.process.rlimits.clone(),
+        oom_score_adj: plan.process.oom_score_adj,
     };
     if let Err(e) = state::write(&dir, &record) {
         return Err(undo(&keeper, e.into()));
@@ -434,11 +471,8 @@ fn check_rlimits(rlimits: &[boxdesk_sandbox::container::Rlimit]) -> anyhow::Resu
 /// Sets `sysctls` in the sandbox's own namespaces, from a fresh process
 /// (`__sysctl`: a namespace is entered by a single-threaded process) that
 /// joins the agent's.
-fn set_sysctls(bwrap: u32, sysctls: &[(String, String)], joined_net: bool) -> anyhow::Result<()> {
-    let agent = std::fs::read_to_string(format!("/proc/{bwrap}/task/{bwrap}/children"))
-        .ok()
-        .and_then(|c| c.split_whitespace().next().map(str::to_owned))
-        .context("finding the sandbox's agent")?;
+fn set_sysctls(agent: i32, sysctls: &[(String, String)], joined_net: bool) -> anyhow::Result<()> {
+    let agent = agent.to_string();
     let exe = std::env::current_exe().context("locating the boxdesk binary")?;
     let mut cmd = Command::new(exe);
     cmd.args(["oci", "__sysctl", "--pid", &agent]);
