@@ -224,31 +224,13 @@ fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
 /// `openat2(dir, name, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`:
 /// `dir` as the root of every symlink met.
 fn open_in_root(dir: &OwnedFd, name: &CString) -> Result<OwnedFd, Errno> {
-    // SAFETY: open_how is a plain C struct; all-zero is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    loop {
-        // SAFETY: `name` is NUL-terminated, `how` a valid open_how whose
-        // size is passed; both outlive the call.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                &mut how as *mut libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: a new descriptor nothing else owns.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-        }
-        match Errno::last() {
-            Errno::EINTR => {}
-            e => return Err(e),
-        }
-    }
+    use std::os::fd::AsFd as _;
+    boxdesk_platform::beneath::openat2_resolve(
+        dir.as_fd(),
+        name,
+        libc::O_PATH | libc::O_CLOEXEC,
+        libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+    )
 }
 
 /// The path of `fd` inside the root at `root_path`.

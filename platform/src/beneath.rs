@@ -366,10 +366,27 @@ pub fn open_raw_mode(
 /// `openat2(2)` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`.
 #[cfg(target_os = "linux")]
 fn openat2(dir: BorrowedFd<'_>, path: &CStr, flags: i32) -> Result<OwnedFd, Errno> {
+    openat2_resolve(
+        dir,
+        path,
+        flags,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+    )
+}
+
+/// `openat2(2)` of `path` in `dir` with `flags` and the `RESOLVE_*` bits
+/// `resolve`, retried on `EINTR` (Linux 5.6).
+#[cfg(target_os = "linux")]
+pub fn openat2_resolve(
+    dir: BorrowedFd<'_>,
+    path: &CStr,
+    flags: i32,
+    resolve: u64,
+) -> Result<OwnedFd, Errno> {
     // SAFETY: open_how is a plain C struct; all-zero is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+    how.resolve = resolve;
     loop {
         // SAFETY: `path` is NUL-terminated, `how` is a valid open_how whose
         // size is passed, and both outlive the call.

@@ -104,8 +104,8 @@ podman --runtime "$rt" rm bx-stubborn >/dev/null
 pass "podman stop of a process ignoring SIGTERM: SIGKILL after the grace (137), nothing left"
 
 # -it: a terminal through the console socket.
-out=$(script -qec "podman --runtime $rt run --rm -it --network none ${lim[*]} $img sh -c 'tty; stty size'" /dev/null </dev/null | tr -d '\r')
-echo "$out" | grep -q '^/dev/pts/' || fail "podman run -it: no terminal: $out"
+out=$(script -qec "podman --runtime $rt run --rm -it --network none ${lim[*]} $img sh -c 'tty; stty size'" /dev/null </dev/null | tr -d '\r' | sed 's/\^@//g')
+echo "$out" | grep -q '/dev/pts/' || fail "podman run -it: no terminal: $out"
 pass "podman run -it: the process has a terminal ($(echo "$out" | head -1), $(echo "$out" | sed -n 2p))"
 
 # A memory limit is enforced: a process holding 200 MiB under 32 MiB dies.
