@@ -713,7 +713,6 @@ fn list(root: &Root, format: &str, quiet: bool) -> anyhow::Result<()> {
             );
         }
     }
-    let _ = std::io::stdout().as_raw_fd();
     Ok(())
 }
 
