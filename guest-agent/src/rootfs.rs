@@ -233,6 +233,9 @@ pub enum Step {
         target: PathBuf,
         /// Read-write (else `MS_RDONLY`).
         writable: bool,
+        /// Through the device's DAX window (`dax=always`) where it has one;
+        /// without DAX where it has none.
+        dax: bool,
     },
     /// A symlink at `path` to `target`.
     Symlink {
@@ -276,6 +279,7 @@ impl fmt::Display for Step {
                 tag,
                 target,
                 writable,
+                ..
             } => write!(
                 f,
                 "mount virtio-fs {tag} at {} ({})",
@@ -447,12 +451,22 @@ impl Ops for Kernel {
                 tag,
                 target,
                 writable,
+                dax,
             } => {
                 let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
                 if !writable {
                     flags |= MsFlags::MS_RDONLY;
                 }
-                mount(Some(tag.as_str()), target, Some("virtiofs"), flags, NONE)?;
+                let (src, fs) = (Some(tag.as_str()), Some("virtiofs"));
+                match dax.then(|| mount(src, target, fs, flags, Some("dax=always"))) {
+                    Some(Ok(())) => {}
+                    // EINVAL: the device has no DAX window (or the kernel
+                    // no FUSE_DAX): the same mount without it.
+                    None | Some(Err(nix::errno::Errno::EINVAL)) => {
+                        mount(src, target, fs, flags, NONE)?
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                }
                 widen_readahead(target);
                 Ok(())
             }

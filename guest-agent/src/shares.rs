@@ -124,6 +124,7 @@ pub fn plan_host_root(asked: &Asked, mounted: &[&str]) -> Vec<Step> {
             tag: m.tag.clone(),
             target,
             writable: false,
+            dax: false,
         });
     }
     for (path, target) in &asked.links {
@@ -155,6 +156,7 @@ pub fn plan_shares(asked: &Asked) -> Vec<Step> {
             tag: m.tag.clone(),
             target: m.path.clone(),
             writable: m.writable,
+            dax: true,
         });
     }
     steps

@@ -123,6 +123,12 @@ pub enum VcpuExit {
         /// The hardware's entry-failure code.
         reason: u64,
     },
+    /// The guest touched guest-physical memory that is mapped but whose host
+    /// pages cannot be had (KVM: `KVM_RUN` failed with `EFAULT`), e.g. a
+    /// page of a host file mapped into the guest past that file's end. The
+    /// backend does not say where. Fix the backing and run again, or treat
+    /// it as fatal.
+    MemoryFault,
     /// An exit this crate does not decode. Treat it as fatal and report it.
     Unknown {
         /// What the backend saw.

@@ -5,7 +5,10 @@
 # buffers, FILES small files
 # created then stat'ed by `ls -l`) run four ways in the same L1 run:
 #   native  — on the L1's own file system (its tmpfs /tmp);
-#   boxdesk — in a boxdesk VM, through `run --share` (our virtio-fs);
+#   boxdesk — in a boxdesk VM, through `run --share` (our virtio-fs,
+#             through its DAX window);
+#   nodax   — the same with BOXDESK_DAX=off (no window: every byte
+#             through requests), same build, same L1 run;
 #   guest   — in the same VM on its own tmpfs: what nested TCG costs the
 #             L2 without any file server, so boxdesk/guest is virtio-fs's
 #             own share of the gap to native;
@@ -105,6 +108,9 @@ echo "native: \$(sh /tmp/work.sh /tmp/native $mib $files)"
 echo "boxdesk: \$(\$B exec fb -- sh /mnt/b/work.sh /mnt/b $mib $files)"
 echo "guest: \$(\$B exec fb -- sh -c "mkdir -p /tmp/g && sh /mnt/b/work.sh /tmp/g $mib $files")"
 \$B stop fb || true
+BOXDESK_DAX=off \$B run --backend kvm -d --name fn --mem 1024 --share /tmp/share:/mnt/b >/dev/null
+echo "nodax: \$(\$B exec fn -- sh /mnt/b/work.sh /mnt/b $mib $files)"
+\$B stop fn || true
 if [ -n "$base_bin" ]; then
   O=/run/host$base_bin
   \$O run --backend kvm -d --name fo --mem 1024 --share /tmp/share:/mnt/b >/dev/null
@@ -144,7 +150,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 mib, files = int(sys.argv[2]), int(sys.argv[3])
 rows = {}
-for who in ("native", "guest", "boxdesk", "baseline", "qemu"):
+for who in ("native", "guest", "boxdesk", "nodax", "baseline", "qemu"):
     m = re.search(who + r": fs-bench: write_ms=(\d+) read_ms=(\d+) small_ms=(\d+)", text)
     if m:
         w, r, s = (max(int(x), 10) for x in m.groups())
@@ -156,6 +162,10 @@ for i, name in enumerate(names):
         line += f"; boxdesk/native {rows['boxdesk'][i] / rows['native'][i]:.2f}"
     if "guest" in rows and "boxdesk" in rows:
         line += f"; boxdesk/guest-tmpfs {rows['boxdesk'][i] / rows['guest'][i]:.2f}"
+    if "nodax" in rows and "boxdesk" in rows:
+        line += f"; boxdesk/nodax {rows['boxdesk'][i] / rows['nodax'][i]:.2f}"
+    if "nodax" in rows and "native" in rows:
+        line += f"; nodax/native {rows['nodax'][i] / rows['native'][i]:.2f}"
     if "baseline" in rows and "boxdesk" in rows:
         line += f"; boxdesk/baseline {rows['boxdesk'][i] / rows['baseline'][i]:.2f}"
     if "qemu" in rows and "boxdesk" in rows:

@@ -284,6 +284,85 @@ fn an_exec_still_answers_while_another_hammers_the_share() {
     assert!(out.stdout.contains("hammered"), "{out}");
 }
 
+#[test]
+fn a_share_goes_through_its_dax_window_and_a_file_shrunk_on_the_host_does_not_end_the_vm() {
+    let name =
+        "a_share_goes_through_its_dax_window_and_a_file_shrunk_on_the_host_does_not_end_the_vm";
+    if !can_boot(name) {
+        return;
+    }
+    let env = kvm_env();
+    let dir = env.root().join("share");
+    std::fs::create_dir(&dir).unwrap();
+    let pattern: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.join("f"), &pattern).unwrap();
+    let sb = env.start(
+        "fs3",
+        &[
+            "--backend",
+            "kvm",
+            "--share",
+            &format!("{}:/mnt/d", dir.display()),
+        ],
+    );
+    // Mounted with DAX; a read maps the host file into the window and a
+    // copy of it is the same bytes; an overwrite in place (not extending
+    // the file) is a store into the host's page cache.
+    let out = sh_long(
+        &sb,
+        "set -e; grep -c ' /mnt/d virtiofs .*dax=always' /proc/mounts; cd /mnt/d; \
+         cp f f.copy; dd if=/dev/zero of=f bs=4096 count=1 conv=notrunc 2>/dev/null; echo ok",
+    );
+    assert_eq!(out.stdout, "1\nok\n", "{out}");
+    let host = std::fs::read(dir.join("f")).unwrap();
+    assert!(
+        host[..4096].iter().all(|&b| b == 0),
+        "the DAX store missed the host file"
+    );
+    assert_eq!(host[4096..], pattern[4096..]);
+    assert!(
+        std::fs::read(dir.join("f.copy")).unwrap() == pattern,
+        "a copy read through the window differs from the host file"
+    );
+
+    // The guest reads the file (its pages mapped in the window, its size
+    // cached), the host shrinks it, the guest reads again at once: pages
+    // past the new end are no longer the host's to give, and the VMM backs
+    // them with zeros instead of ending the VM.
+    let mut reader = env.cmd([
+        "exec",
+        "fs3",
+        "--",
+        "sh",
+        "-c",
+        "cd /mnt/d; cat f >/dev/null; : > ready; while [ ! -e go ]; do :; done; \
+         dd if=f bs=1M 2>/dev/null | wc -c; echo survived",
+    ]);
+    reader.stdout(std::process::Stdio::piped());
+    reader.stderr(std::process::Stdio::piped());
+    let reader = reader.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !dir.join("ready").exists() {
+        assert!(Instant::now() < deadline, "the guest never read the file");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("f"))
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    std::fs::write(dir.join("go"), b"").unwrap();
+    let out = crate::support::wait_output_within(reader, Duration::from_secs(300));
+    assert!(
+        out.stdout.ends_with("survived\n"),
+        "{out}\n{}",
+        sb.log_tail(4 << 10)
+    );
+    let out = sb.exec(&["echo", "alive"]);
+    assert_eq!(out.stdout, "alive\n", "{out}");
+}
+
 /// Whether the running kernel is at least `major.minor`.
 fn kernel_at_least(major: u32, minor: u32) -> bool {
     let release = nix::sys::utsname::uname()

@@ -36,6 +36,8 @@ use std::time::Duration;
 use arch::host;
 use boxdesk_devices::bus::Bus;
 use boxdesk_devices::console::SharedConsole;
+#[cfg(target_os = "linux")]
+use boxdesk_devices::fs;
 use boxdesk_devices::gpu::Gpu;
 use boxdesk_devices::input::{Input, Inputs};
 use boxdesk_devices::virtio::mmio::MmioTransport;
@@ -263,33 +265,78 @@ fn agent_args(rootfs: Option<bool>, mounts: &mounts::VmMounts, relays: &[u16]) -
     format!("{disk}{}{relays}", mounts.agent_args())
 }
 
-/// One virtio-fs device per share of `mounts`, after the others.
+/// Where DAX window `index` sits: from the first 1 GiB boundary at or
+/// above both 4 GiB and the end of RAM (`ram`), one per GiB.
+#[cfg(target_os = "linux")]
+fn dax_window_at(ram: &[(GuestAddress, usize)], index: usize) -> u64 {
+    const GIB: u64 = 1 << 30;
+    let top = (ram.iter())
+        .map(|&(at, len)| at.0 + len as u64)
+        .fold(4 * GIB, u64::max);
+    top.div_ceil(GIB) * GIB + index as u64 * GIB
+}
+
+/// One virtio-fs device per share of `mounts`, after the others. Each
+/// `--share` device gets a DAX window, mapped into `vm` above RAM, unless
+/// `BOXDESK_DAX=off`; the host's system dirs (`--root host`) do not (their
+/// small reads and `exec`s gain nothing from one). The windows, for the
+/// vCPUs' repair of pages past a file's end ([`fs::dax::Window::trim`]).
 #[cfg(target_os = "linux")]
 fn fs_devices(
+    vm: &HvVm,
+    ram: &[(GuestAddress, usize)],
+    mem_bytes: u64,
     mounts: &mounts::VmMounts,
     virtio: &mut Vec<Box<dyn VirtioDevice>>,
-) -> Result<(), VmmError> {
-    for share in mounts.fs_shares() {
-        let fs = boxdesk_devices::fs::Fs::new(share).map_err(dev("virtio-fs"))?;
+) -> Result<Vec<Arc<fs::dax::Window>>, VmmError> {
+    let dax = std::env::var_os("BOXDESK_DAX").is_none_or(|v| v != "off");
+    let mut windows = Vec::new();
+    for (i, share) in mounts.fs_shares().into_iter().enumerate() {
+        let mut fs = fs::Fs::new(share).map_err(dev("virtio-fs"))?;
+        if i >= mounts.system.len() && dax {
+            let at = GuestAddress(dax_window_at(ram, windows.len()));
+            let window = fs::dax::Window::new(at, fs::dax::window_size(mem_bytes))
+                .map_err(dev("virtio-fs"))?;
+            vm.map_memory(window.region(), MapFlags::default())?;
+            fs = fs.with_window(window.clone());
+            windows.push(window);
+        }
         virtio.push(Box::new(fs));
     }
-    Ok(())
+    Ok(windows)
 }
 
 /// No virtio-fs server on this host: a VM with shares is refused.
 #[cfg(not(target_os = "linux"))]
 fn fs_devices(
+    _vm: &HvVm,
+    _ram: &[(GuestAddress, usize)],
+    _mem_bytes: u64,
     mounts: &mounts::VmMounts,
     _virtio: &mut Vec<Box<dyn VirtioDevice>>,
-) -> Result<(), VmmError> {
+) -> Result<Vec<std::convert::Infallible>, VmmError> {
     if mounts.is_empty() {
-        Ok(())
+        Ok(Vec::new())
     } else {
         Err(VmmError::Device {
             what: "virtio-fs",
             why: mounts::NO_SERVER.into(),
         })
     }
+}
+
+/// What a vCPU does when the host could not back a page the guest
+/// touched: trims every DAX window (a file shrunk on the host under a
+/// mapping); whether that changed anything.
+#[cfg(target_os = "linux")]
+fn on_memory_fault(windows: Vec<Arc<fs::dax::Window>>) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    Arc::new(move || windows.iter().filter(|w| w.trim()).count() > 0)
+}
+
+/// No DAX windows here: nothing to repair.
+#[cfg(not(target_os = "linux"))]
+fn on_memory_fault(_: Vec<std::convert::Infallible>) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    Arc::new(|| false)
 }
 
 /// Jails the calling process ([`jail::lock_down`] in the mode
@@ -344,7 +391,8 @@ impl RunningVm {
             return Err(VmmError::Vcpus(spec.vcpus, max));
         }
         let mem_bytes = u64::from(spec.mem_mib) << 20;
-        let (mem, regions) = guest_ram(&host::ram_regions(mem_bytes))?;
+        let ram = host::ram_regions(mem_bytes);
+        let (mem, regions) = guest_ram(&ram)?;
         let open = |p: &PathBuf| {
             File::open(p).map_err(|source| VmmError::Open {
                 path: p.clone(),
@@ -390,7 +438,7 @@ impl RunningVm {
                 .map_err(dev("blk"))?;
             virtio.push(Box::new(blk));
         }
-        fs_devices(&spec.mounts, &mut virtio)?;
+        let windows = fs_devices(&vm, &ram, mem_bytes, &spec.mounts, &mut virtio)?;
         let display = match spec.display {
             Some((w, h)) => Some(display_devices(w, h, &mut virtio)?),
             None => None,
@@ -470,6 +518,7 @@ impl RunningVm {
             console: vm.console.clone(),
             boot: Arc::new(boot),
             vcpus: spec.vcpus,
+            on_memory_fault: on_memory_fault(windows),
         });
         let serves_files = !spec.mounts.is_empty();
         let ready = go.and_then(|go| {

@@ -30,6 +30,9 @@ pub(super) struct Shared {
     pub console: SharedConsole,
     pub boot: Arc<host::Boot>,
     pub vcpus: u32,
+    /// Backs what it can of guest pages the host could not provide (a
+    /// DAX window's pages past a file's end); whether it changed anything.
+    pub on_memory_fault: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 /// The vCPU threads, set up and waiting for [`Go::start`]; dropped without
@@ -128,12 +131,42 @@ fn run(id: u32, vcpu: &mut HvVcpu, s: &Shared) {
         Err(e) => return crash(s, id, e),
     }
     let mut buf = [0u8; 8];
+    // Memory faults in a row that nothing was found to repair: the first
+    // may have been repaired by another vCPU meanwhile, the second not.
+    let mut unrepaired = 0;
     while !stop.load(Ordering::SeqCst) {
         let exit = match vcpu.run() {
             Ok(exit) => exit,
             Err(e) => return crash(s, id, e),
         };
+        if !matches!(exit, VcpuExit::MemoryFault) {
+            unrepaired = 0;
+        }
         match exit {
+            VcpuExit::MemoryFault => {
+                let repaired = (s.on_memory_fault)();
+                tracing::warn!(
+                    "vCPU {id}: the host could not back a guest page; {}",
+                    if repaired {
+                        "pages past a shrunk file's end now read as zeros"
+                    } else {
+                        "nothing found to repair"
+                    }
+                );
+                if repaired {
+                    unrepaired = 0;
+                } else {
+                    unrepaired += 1;
+                    if unrepaired > 1 {
+                        return crash(
+                            s,
+                            id,
+                            "the guest touched memory the host cannot back \
+                             (no file page behind a DAX window page)",
+                        );
+                    }
+                }
+            }
             VcpuExit::Pio { port, len, write } => match write {
                 Some(data) => {
                     s.buses.pio.write(u64::from(port), &data);

@@ -2,8 +2,10 @@
 //! the fuzz target `virtio_fs` (`fuzz/`) and the replay of its
 //! regressions in `cargo test` both call [`run`].
 //!
-//! Layout of an input: byte 0 picks a read-only or writable share and how
-//! many chains are on the ring (1–4); the rest is the ring and guest
+//! Layout of an input: byte 0 picks a read-only or writable share (bit 0),
+//! how many chains are on the ring (1–4, bits 1–2) and whether the device
+//! has a DAX window (bit 3: `SETUPMAPPING` maps the share's files into a
+//! real reservation, chains may point into it); the rest is the ring and guest
 //! memory as [`crate::virtio::fuzz_ring`] lays them out, the FUSE messages
 //! in that memory. The descriptor table, the rings and the messages
 //! are all the fuzzer's: every chain shape a driver can build, through the
@@ -14,6 +16,9 @@ use std::time::Duration;
 
 use fuse_backend_rs::api::server::Server;
 
+use vm_memory::GuestAddress;
+
+use super::dax::{self, Window};
 use super::guard::{Guard, Identity, Policy};
 use super::{worker, Fs, FsShare};
 use crate::irq::CountingIrq;
@@ -38,9 +43,15 @@ pub fn run(data: &[u8]) {
         },
         cache: Duration::ZERO,
     };
-    let Ok(fs) = Fs::new(share) else {
+    let Ok(mut fs) = Fs::new(share) else {
         return;
     };
+    if first & 8 != 0 {
+        let Ok(window) = Window::new(GuestAddress(1 << 36), dax::MIN_WINDOW) else {
+            return;
+        };
+        fs = fs.with_window(window);
+    }
     let chains = u16::from(first >> 1) % 4 + 1;
     let Some((mem, queue)) = fuzz_ring::build(&data[1..], chains) else {
         return;
@@ -48,7 +59,7 @@ pub fn run(data: &[u8]) {
     let status = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let interrupt = Interrupt::new(status.clone(), status, Arc::new(CountingIrq::default()));
     let server: Arc<Server<Guard<_>>> = fs.server.clone();
-    worker::serve_here(mem, interrupt, queue, server);
+    worker::serve_here(mem, interrupt, queue, server, fs.window.clone());
 }
 
 #[cfg(test)]

@@ -33,8 +33,13 @@
 //!   it lists (`rm -r`) would skip entries and fail with `ENOTEMPTY`.
 //!   READDIRPLUS is not offered, so every listing goes through here.
 //!
-//! Extended attributes, locks, `ioctl` and DAX mappings are not forwarded
-//! (`ENOSYS`: the guest kernel keeps locks local).
+//! * DAX mappings (`SETUPMAPPING`): regular files only, and a writable
+//!   mapping only on a writable share (`EROFS`); the file is opened the
+//!   passthrough's way (its `O_PATH` descriptor reopened) and the window
+//!   ([`super::dax`]) checks where it goes.
+//!
+//! Extended attributes, locks and `ioctl` are not forwarded (`ENOSYS`: the
+//! guest kernel keeps locks local).
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -45,10 +50,12 @@ use std::time::Duration;
 use boxdesk_platform::sync::lock;
 
 use fuse_backend_rs::abi::fuse_abi::{stat64, statvfs64, CreateIn};
+use fuse_backend_rs::abi::virtio_fs::{RemovemappingOne, SetupmappingFlags};
 use fuse_backend_rs::api::filesystem::{
     Context, DirEntry, Entry, FileSystem, FsOptions, OpenOptions, SetattrValid, ZeroCopyReader,
     ZeroCopyWriter,
 };
+use fuse_backend_rs::transport::FsCacheReqHandler;
 
 /// The uid and gid the guest sees for every owner but the invoking user.
 pub const NOBODY: u32 = 65534;
@@ -187,6 +194,17 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> Guard<F> {
         }
     }
 
+    /// Whether `inode` is a regular file, the only kind opened on the host
+    /// (a FIFO would block a server thread; a device is not the share's).
+    fn regular_file(&self, ctx: &Context, inode: u64) -> io::Result<()> {
+        match self.kind(ctx, inode)? {
+            libc::S_IFREG => Ok(()),
+            libc::S_IFLNK => Err(err(libc::ELOOP)),
+            libc::S_IFDIR => Err(err(libc::EISDIR)),
+            _ => Err(err(libc::ENXIO)),
+        }
+    }
+
     /// The file type bits of `inode`.
     fn kind(&self, ctx: &Context, inode: u64) -> io::Result<u32> {
         let (st, _) = self.inner.getattr(&self.ctx(ctx), inode, None)?;
@@ -200,7 +218,8 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> FileSystem for Guard<F> {
 
     fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
         let mut opts = self.inner.init(capable)?;
-        // Listings go through the snapshot; there is no DAX window.
+        // Listings go through the snapshot; DAX is per mount (dax=always),
+        // not per file.
         opts.remove(
             FsOptions::DO_READDIRPLUS | FsOptions::READDIRPLUS_AUTO | FsOptions::PERFILE_DAX,
         );
@@ -374,13 +393,46 @@ impl<F: FileSystem<Inode = u64, Handle = u64>> FileSystem for Guard<F> {
         if opens_for_writing(flags) {
             self.writable()?;
         }
-        match self.kind(ctx, inode)? {
-            libc::S_IFREG => {}
-            libc::S_IFLNK => return Err(err(libc::ELOOP)),
-            libc::S_IFDIR => return Err(err(libc::EISDIR)),
-            _ => return Err(err(libc::ENXIO)),
-        }
+        self.regular_file(ctx, inode)?;
         self.inner.open(&self.ctx(ctx), inode, flags, fuse_flags)
+    }
+
+    fn setupmapping(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        handle: u64,
+        foffset: u64,
+        len: u64,
+        flags: u64,
+        moffset: u64,
+        vu_req: &mut dyn FsCacheReqHandler,
+    ) -> io::Result<()> {
+        if flags & SetupmappingFlags::WRITE.bits() != 0 {
+            self.writable()?;
+        }
+        self.regular_file(ctx, inode)?;
+        self.inner.setupmapping(
+            &self.ctx(ctx),
+            inode,
+            handle,
+            foffset,
+            len,
+            flags,
+            moffset,
+            vu_req,
+        )
+    }
+
+    fn removemapping(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        requests: Vec<RemovemappingOne>,
+        vu_req: &mut dyn FsCacheReqHandler,
+    ) -> io::Result<()> {
+        self.inner
+            .removemapping(&self.ctx(ctx), inode, requests, vu_req)
     }
 
     fn create(

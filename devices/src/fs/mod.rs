@@ -1,9 +1,10 @@
 //! virtio-fs (virtio device id 26): one host directory, shared into the
 //! guest under a tag, served in-process by `fuse-backend-rs`'s passthrough
 //! file system behind a [`guard::Guard`] — no external `virtiofsd`, no
-//! `/dev/vhost-*`. Two queues (hiprio, one request queue), no DAX window,
-//! no notification queue; the guest mounts it with
-//! `mount -t virtiofs TAG DIR`.
+//! `/dev/vhost-*`. Two queues (hiprio, one request queue), no notification
+//! queue, and, given one ([`Fs::with_window`]), a DAX window as
+//! shared-memory region 0 ([`dax`]); the guest mounts it with
+//! `mount -t virtiofs -o dax=always TAG DIR` (or without DAX).
 //!
 //! [`Fs::new`] opens the share and fails if it cannot be served (so a VM
 //! with a bad share never starts); requests are served on the device's own
@@ -12,6 +13,7 @@
 //! This module owns the device's config space and its life; what a request
 //! may do is [`guard`]'s.
 
+pub mod dax;
 pub mod fuzzing;
 pub mod guard;
 mod worker;
@@ -24,6 +26,7 @@ use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::passthrough::{CachePolicy, Config, PassthroughFs};
 use virtio_queue::Queue;
 
+use self::dax::Window;
 use self::guard::{Guard, Identity, Policy};
 use crate::virtio::{ActivateError, Interrupt, Memory, VirtioDevice, VIRTIO_F_VERSION_1};
 
@@ -77,6 +80,7 @@ pub struct Fs {
     config: [u8; CONFIG_LEN],
     share: FsShare,
     server: Arc<Server<Served>>,
+    window: Option<Arc<Window>>,
     workers: Option<worker::Workers>,
 }
 
@@ -134,8 +138,16 @@ impl Fs {
             config,
             server: Arc::new(Server::new(Guard::new(fs, share.policy))),
             share,
+            window: None,
             workers: None,
         })
+    }
+
+    /// The device with `window` as its DAX window (the caller maps the
+    /// window's region into the guest).
+    pub fn with_window(mut self, window: Arc<Window>) -> Fs {
+        self.window = Some(window);
+        self
     }
 
     /// What it serves.
@@ -183,6 +195,7 @@ impl VirtioDevice for Fs {
             interrupt,
             queues,
             self.server.clone(),
+            self.window.clone(),
             self.share.policy.identity,
             &format!("virtio-fs-{}", self.share.tag),
         )
@@ -200,6 +213,15 @@ impl VirtioDevice for Fs {
     fn reset(&mut self) {
         // Joins the workers: none may touch the old rings afterwards.
         self.workers = None;
+        // The next driver starts with a bare window.
+        if let Some(w) = &self.window {
+            w.clear();
+        }
+    }
+
+    fn shm_region(&self, id: u32) -> Option<(u64, u64)> {
+        // Region 0 is the cache (VIRTIO_FS_SHMCAP_ID_CACHE).
+        (id == 0).then_some(self.window.as_ref()?.guest_range())
     }
 }
 

@@ -10,10 +10,16 @@ use fuse_backend_rs::abi::fuse_abi::{
     Attr, CreateIn, EntryOut, InHeader, InitIn, MknodIn, OpenIn, OpenOut, OutHeader, ReadIn,
     SetattrIn, WriteIn,
 };
+use fuse_backend_rs::abi::virtio_fs::{RemovemappingIn, RemovemappingOne, SetupmappingIn};
+use virtio_bindings::virtio_mmio::{
+    VIRTIO_MMIO_SHM_BASE_HIGH, VIRTIO_MMIO_SHM_BASE_LOW, VIRTIO_MMIO_SHM_LEN_HIGH,
+    VIRTIO_MMIO_SHM_LEN_LOW, VIRTIO_MMIO_SHM_SEL,
+};
 use virtio_queue::desc::RawDescriptor;
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{ByteValued, Bytes, GuestAddress};
 
+use super::dax::{Window, CHUNK, MIN_WINDOW};
 use super::guard::{Identity, Policy};
 use super::*;
 use crate::virtio::mmio::test_driver::{memory, Driver};
@@ -32,6 +38,8 @@ const READ: u32 = 15;
 const WRITE: u32 = 16;
 const INIT: u32 = 26;
 const CREATE: u32 = 35;
+const SETUPMAPPING: u32 = 48;
+const REMOVEMAPPING: u32 = 49;
 const ROOT: u64 = 1;
 
 const IN: u64 = 0x10_0000;
@@ -64,7 +72,20 @@ struct Guest<'a> {
 impl<'a> Guest<'a> {
     /// A driver up to DRIVER_OK and FUSE INIT over a share of `dir`.
     fn new(mem: &'a Memory, dir: &std::path::Path, writable: bool) -> Self {
-        let fs = Fs::new(share(dir, writable)).unwrap();
+        Self::with_window(mem, dir, writable, None)
+    }
+
+    /// The same, the device having `window` as its DAX window.
+    fn with_window(
+        mem: &'a Memory,
+        dir: &std::path::Path,
+        writable: bool,
+        window: Option<Arc<Window>>,
+    ) -> Self {
+        let mut fs = Fs::new(share(dir, writable)).unwrap();
+        if let Some(w) = window {
+            fs = fs.with_window(w);
+        }
         let hiprio = MockSplitQueue::create(mem, GuestAddress(0), QSIZE);
         let req = MockSplitQueue::create(mem, GuestAddress(0x1_0000), QSIZE);
         let mut drv = Driver::new(Box::new(fs), mem.clone());
@@ -539,4 +560,138 @@ fn a_guest_that_deletes_while_it_lists_sees_every_entry_once() {
     }
     assert_eq!(seen.len(), 100, "every entry listed once");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// Where the tests' DAX windows sit in the guest's physical space.
+const WINDOW_AT: u64 = 1 << 36;
+
+fn window() -> Arc<Window> {
+    Window::new(GuestAddress(WINDOW_AT), MIN_WINDOW).unwrap()
+}
+
+impl Guest<'_> {
+    fn setupmapping(&mut self, nodeid: u64, moffset: u64, write: bool) -> i32 {
+        let body = SetupmappingIn {
+            fh: 0,
+            foffset: 0,
+            len: CHUNK,
+            flags: if write { 3 } else { 2 },
+            moffset,
+        };
+        self.call(SETUPMAPPING, nodeid, body.as_slice()).0
+    }
+
+    fn shm(&mut self, id: u32) -> (u64, u64) {
+        self.drv.write(VIRTIO_MMIO_SHM_SEL, id);
+        let r = |d: &mut Driver, lo, hi| u64::from(d.read(lo)) | u64::from(d.read(hi)) << 32;
+        (
+            r(
+                &mut self.drv,
+                VIRTIO_MMIO_SHM_BASE_LOW,
+                VIRTIO_MMIO_SHM_BASE_HIGH,
+            ),
+            r(
+                &mut self.drv,
+                VIRTIO_MMIO_SHM_LEN_LOW,
+                VIRTIO_MMIO_SHM_LEN_HIGH,
+            ),
+        )
+    }
+}
+
+#[test]
+fn a_window_is_shared_memory_region_0_and_a_device_without_one_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = memory(4);
+    let mut g = Guest::with_window(&mem, dir.path(), true, Some(window()));
+    assert_eq!(g.shm(0), (WINDOW_AT, MIN_WINDOW));
+    assert_eq!(g.shm(1), (u64::MAX, u64::MAX));
+    let mut bare = Guest::new(&mem, dir.path(), true);
+    assert_eq!(bare.shm(0), (u64::MAX, u64::MAX));
+    assert_eq!(bare.setupmapping(ROOT, 0, false), -libc::EINVAL);
+}
+
+#[test]
+fn setupmapping_maps_a_share_file_into_the_window_and_removemapping_takes_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"mapped bytes").unwrap();
+    let mem = memory(4);
+    let w = window();
+    let mut g = Guest::with_window(&mem, dir.path(), true, Some(w.clone()));
+    let f = g.lookup(ROOT, "f").unwrap();
+    assert_eq!(g.setupmapping(f.nodeid, 2 * CHUNK, true), 0);
+    assert_eq!(w.mapped_chunks(), 1);
+    // SAFETY: the chunk at 2 * CHUNK maps the file (12 bytes) just above.
+    let seen =
+        unsafe { std::slice::from_raw_parts(w.region().as_ptr().add(2 * CHUNK as usize), 12) };
+    assert_eq!(seen, b"mapped bytes");
+    // Outside the window, or not a whole chunk: refused, nothing mapped.
+    assert_eq!(g.setupmapping(f.nodeid, MIN_WINDOW, false), -libc::EINVAL);
+    assert_eq!(g.setupmapping(f.nodeid, 4096, false), -libc::EINVAL);
+    let mut body = RemovemappingIn { count: 1 }.as_slice().to_vec();
+    let one = RemovemappingOne {
+        moffset: 2 * CHUNK,
+        len: CHUNK,
+    };
+    body.extend_from_slice(one.as_slice());
+    assert_eq!(g.call(REMOVEMAPPING, f.nodeid, &body).0, 0);
+    assert_eq!(w.mapped_chunks(), 0);
+}
+
+#[test]
+fn a_read_only_share_maps_files_for_reading_only_and_nothing_but_files_is_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    nix::unistd::mkfifo(&dir.path().join("p"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mem = memory(4);
+    let w = window();
+    let mut g = Guest::with_window(&mem, dir.path(), false, Some(w.clone()));
+    let f = g.lookup(ROOT, "f").unwrap().nodeid;
+    assert_eq!(g.setupmapping(f, 0, true), -libc::EROFS);
+    assert_eq!(g.setupmapping(f, 0, false), 0);
+    let d = g.lookup(ROOT, "d").unwrap().nodeid;
+    assert_eq!(g.setupmapping(d, CHUNK, false), -libc::EISDIR);
+    // A FIFO opened with no writer would block a server thread forever.
+    let p = g.lookup(ROOT, "p").unwrap().nodeid;
+    assert_eq!(g.setupmapping(p, CHUNK, false), -libc::ENXIO);
+    assert_eq!(g.setupmapping(0xdead_beef, CHUNK, false), -libc::EBADF);
+    assert_eq!(w.mapped_chunks(), 1);
+}
+
+#[test]
+fn a_request_whose_buffer_lies_in_the_window_gets_efault_and_the_device_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"contents").unwrap();
+    let mem = memory(4);
+    let mut g = Guest::with_window(&mem, dir.path(), true, Some(window()));
+    let f = g.lookup(ROOT, "f").unwrap().nodeid;
+    let fh = g.open(f, libc::O_RDONLY).unwrap();
+    // A READ whose data buffer is a page of the window (direct I/O into a
+    // DAX mapping): header and reply header in RAM, the data not.
+    g.unique += 1;
+    let header = InHeader {
+        len: (std::mem::size_of::<InHeader>() + std::mem::size_of::<ReadIn>()) as u32,
+        opcode: READ,
+        unique: g.unique,
+        nodeid: f,
+        ..Default::default()
+    };
+    let body = ReadIn {
+        fh,
+        size: 4096,
+        ..Default::default()
+    };
+    let msg = [header.as_slice(), body.as_slice()].concat();
+    mem.write_slice(&msg, GuestAddress(IN)).unwrap();
+    g.push(&[
+        (IN, msg.len() as u32, false),
+        (OUT, 16, true),
+        (WINDOW_AT, 4096, true),
+    ]);
+    assert_eq!(g.kick(), 16);
+    let out: OutHeader = mem.read_obj(GuestAddress(OUT)).unwrap();
+    assert_eq!((out.unique, out.error), (g.unique, -libc::EFAULT));
+    assert_eq!(g.drv.status() & STATUS_NEEDS_RESET, 0);
+    assert_eq!(g.read(f, fh, 64).unwrap(), b"contents");
 }

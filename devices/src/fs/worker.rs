@@ -20,10 +20,12 @@ use boxdesk_platform::sync::lock;
 use boxdesk_platform::threads::{self, Class};
 use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, OutHeader};
 use fuse_backend_rs::api::server::Server;
-use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
+use fuse_backend_rs::transport::{FsCacheReqHandler, Reader, VirtioFsWriter};
 use tracing::debug;
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
+use vm_memory::{Bytes, GuestMemory};
 
+use super::dax::{Requests, Window};
 use super::guard::{Identity, NOBODY};
 use super::Served;
 use crate::virtio::{Interrupt, Memory};
@@ -37,6 +39,7 @@ struct Shared {
     interrupt: Interrupt,
     queues: Vec<Mutex<Queue>>,
     server: Arc<Server<Served>>,
+    window: Option<Arc<Window>>,
     state: Mutex<State>,
     wake: Condvar,
     broken: AtomicBool,
@@ -63,6 +66,7 @@ impl Workers {
         interrupt: Interrupt,
         queues: Vec<Queue>,
         server: Arc<Server<Served>>,
+        window: Option<Arc<Window>>,
         identity: Identity,
         name: &str,
     ) -> std::io::Result<Workers> {
@@ -71,6 +75,7 @@ impl Workers {
             interrupt,
             queues: queues.into_iter().map(Mutex::new).collect(),
             server,
+            window,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             broken: AtomicBool::new(false),
@@ -124,12 +129,14 @@ pub(crate) fn serve_here(
     interrupt: Interrupt,
     queue: Queue,
     server: Arc<Server<Served>>,
+    window: Option<Arc<Window>>,
 ) -> bool {
     let shared = Shared {
         mem,
         interrupt,
         queues: vec![Mutex::new(queue)],
         server,
+        window,
         state: Mutex::new(State::default()),
         wake: Condvar::new(),
         broken: AtomicBool::new(false),
@@ -229,11 +236,17 @@ fn serve(shared: &Shared, q: usize) {
 /// where it expects an answer, so no guest process waits for a reply that
 /// will not come.
 fn handle(shared: &Shared, chain: DescriptorChain<&Memory>) -> Option<u32> {
-    let reader = Reader::from_descriptor_chain(&shared.mem, chain.clone()).ok()?;
-    let writer = VirtioFsWriter::new(&shared.mem, chain.clone()).ok()?;
+    let (Ok(reader), Ok(writer)) = (
+        Reader::from_descriptor_chain(&shared.mem, chain.clone()),
+        VirtioFsWriter::new(&shared.mem, chain.clone()),
+    ) else {
+        return window_fault(shared, chain);
+    };
+    let mut window = shared.window.clone().map(Requests);
+    let window = window.as_mut().map(|w| w as &mut dyn FsCacheReqHandler);
     match shared
         .server
-        .handle_message(reader, writer.into(), None, None)
+        .handle_message(reader, writer.into(), window, None)
     {
         Ok(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
         Err(e) => {
@@ -241,6 +254,50 @@ fn handle(shared: &Shared, chain: DescriptorChain<&Memory>) -> Option<u32> {
             Some(reply_error(&shared.mem, chain, libc::EIO))
         }
     }
+}
+
+/// A chain whose data buffers lie in the device's DAX window (direct I/O
+/// from or into a DAX mapping of a share's file), where the server does
+/// not reach: that request gets `EFAULT` and the device goes on. `None`
+/// (the device breaks) when a buffer is neither in RAM nor in the window,
+/// or the header or the reply's place is not in RAM.
+fn window_fault(shared: &Shared, chain: DescriptorChain<&Memory>) -> Option<u32> {
+    let window = shared.window.as_ref()?;
+    let (mut header, mut reply) = (None, None);
+    for d in chain.clone() {
+        let in_ram = shared.mem.check_range(d.addr(), d.len() as usize);
+        if !in_ram && !window.contains(d.addr().0, u64::from(d.len())) {
+            return None;
+        }
+        let first = if d.is_write_only() {
+            &mut reply
+        } else {
+            &mut header
+        };
+        if first.is_none() {
+            *first = Some((d, in_ram));
+        }
+    }
+    let (head, true) = header? else { return None };
+    if (head.len() as usize) < std::mem::size_of::<InHeader>() {
+        return None;
+    }
+    let inh: InHeader = shared.mem.read_obj(head.addr()).ok()?;
+    if inh.opcode == Opcode::Forget as u32 || inh.opcode == Opcode::BatchForget as u32 {
+        return Some(0);
+    }
+    let (out, true) = reply? else { return None };
+    let len = std::mem::size_of::<OutHeader>() as u32;
+    if out.len() < len {
+        return None;
+    }
+    let header = OutHeader {
+        len,
+        error: -libc::EFAULT,
+        unique: inh.unique,
+    };
+    shared.mem.write_obj(header, out.addr()).ok()?;
+    Some(len)
 }
 
 /// Writes a bare FUSE error reply (`errno`) for the request on `chain`;

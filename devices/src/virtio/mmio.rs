@@ -28,8 +28,9 @@ use virtio_bindings::virtio_mmio::{
     VIRTIO_MMIO_QUEUE_AVAIL_HIGH, VIRTIO_MMIO_QUEUE_AVAIL_LOW, VIRTIO_MMIO_QUEUE_DESC_HIGH,
     VIRTIO_MMIO_QUEUE_DESC_LOW, VIRTIO_MMIO_QUEUE_NOTIFY, VIRTIO_MMIO_QUEUE_NUM,
     VIRTIO_MMIO_QUEUE_NUM_MAX, VIRTIO_MMIO_QUEUE_READY, VIRTIO_MMIO_QUEUE_SEL,
-    VIRTIO_MMIO_QUEUE_USED_HIGH, VIRTIO_MMIO_QUEUE_USED_LOW, VIRTIO_MMIO_SHM_LEN_HIGH,
-    VIRTIO_MMIO_SHM_LEN_LOW, VIRTIO_MMIO_STATUS, VIRTIO_MMIO_VENDOR_ID, VIRTIO_MMIO_VERSION,
+    VIRTIO_MMIO_QUEUE_USED_HIGH, VIRTIO_MMIO_QUEUE_USED_LOW, VIRTIO_MMIO_SHM_BASE_HIGH,
+    VIRTIO_MMIO_SHM_BASE_LOW, VIRTIO_MMIO_SHM_LEN_HIGH, VIRTIO_MMIO_SHM_LEN_LOW,
+    VIRTIO_MMIO_SHM_SEL, VIRTIO_MMIO_STATUS, VIRTIO_MMIO_VENDOR_ID, VIRTIO_MMIO_VERSION,
 };
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use virtio_queue::{Queue, QueueT};
@@ -124,6 +125,8 @@ pub struct MmioTransport {
     /// got wrong); copies (by state) go to the device at `DRIVER_OK`.
     queues: Vec<Option<Queue>>,
     queue_sel: u32,
+    /// The shared-memory region the SHM registers show.
+    shm_sel: u32,
     device_features_sel: u32,
     driver_features_sel: u32,
     driver_features: u64,
@@ -170,6 +173,7 @@ impl MmioTransport {
             device_status: Arc::new(AtomicU32::new(0)),
             queues,
             queue_sel: 0,
+            shm_sel: 0,
             device_features_sel: 0,
             driver_features_sel: 0,
             driver_features: 0,
@@ -234,8 +238,23 @@ impl MmioTransport {
             VIRTIO_MMIO_INTERRUPT_STATUS => self.interrupt_status(),
             VIRTIO_MMIO_STATUS => self.device_status(),
             VIRTIO_MMIO_CONFIG_GENERATION => 0,
-            // No shared memory regions: the length of a missing one is all ones.
-            VIRTIO_MMIO_SHM_LEN_LOW | VIRTIO_MMIO_SHM_LEN_HIGH => u32::MAX,
+            // The selected shared-memory region; a missing one has a
+            // length (and base) of all ones.
+            VIRTIO_MMIO_SHM_LEN_LOW
+            | VIRTIO_MMIO_SHM_LEN_HIGH
+            | VIRTIO_MMIO_SHM_BASE_LOW
+            | VIRTIO_MMIO_SHM_BASE_HIGH => {
+                let (base, len) = self
+                    .device
+                    .shm_region(self.shm_sel)
+                    .unwrap_or((u64::MAX, u64::MAX));
+                match reg {
+                    VIRTIO_MMIO_SHM_LEN_LOW => len as u32,
+                    VIRTIO_MMIO_SHM_LEN_HIGH => (len >> 32) as u32,
+                    VIRTIO_MMIO_SHM_BASE_LOW => base as u32,
+                    _ => (base >> 32) as u32,
+                }
+            }
             _ => return None,
         };
         Some(value)
@@ -247,6 +266,7 @@ impl MmioTransport {
             VIRTIO_MMIO_DRIVER_FEATURES => self.write_driver_features(value),
             VIRTIO_MMIO_DRIVER_FEATURES_SEL => self.driver_features_sel = value,
             VIRTIO_MMIO_QUEUE_SEL => self.queue_sel = value,
+            VIRTIO_MMIO_SHM_SEL => self.shm_sel = value,
             VIRTIO_MMIO_QUEUE_NUM => match u16::try_from(value) {
                 // `set_size` refuses (and logs) sizes that are not a power of
                 // two no larger than the maximum.
@@ -413,6 +433,7 @@ impl MmioTransport {
         self.interrupt_status = Arc::new(AtomicU32::new(0));
         self.device_status = Arc::new(AtomicU32::new(0));
         self.queue_sel = 0;
+        self.shm_sel = 0;
         self.device_features_sel = 0;
         self.driver_features_sel = 0;
         self.driver_features = 0;

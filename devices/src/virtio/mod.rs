@@ -129,4 +129,10 @@ pub trait VirtioDevice: Send {
     fn queue_notify(&mut self, index: u16);
     /// The driver reset the device (status 0): drop queues and host state.
     fn reset(&mut self);
+    /// Shared-memory region `id` (virtio 1.2 §2.10): its guest-physical
+    /// address and length, or `None` when the device has no such region.
+    fn shm_region(&self, id: u32) -> Option<(u64, u64)> {
+        let _ = id;
+        None
+    }
 }

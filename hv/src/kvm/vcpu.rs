@@ -79,6 +79,9 @@ impl KvmVcpu {
                     self.fd.set_kvm_immediate_exit(0);
                     continue;
                 }
+                // A page of a memory slot the host cannot fault in (a file
+                // mapping past the file's end); the guest state is intact.
+                Err(e) if e.errno() == libc::EFAULT => return Ok(VcpuExit::MemoryFault),
                 Err(e) => return Err(KvmError::Run(e).into()),
             };
             self.pending = pending;

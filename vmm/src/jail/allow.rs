@@ -102,6 +102,9 @@ pub(super) const BASE: &[Allow] = &[
     any(SYS_futex),
     any(SYS_mmap),
     any(SYS_munmap),
+    // A DAX window's watch on a file nothing maps any more goes (a device
+    // reset runs on a vCPU).
+    any(SYS_inotify_rm_watch),
     any(SYS_mremap),
     any(SYS_mprotect),
     any(SYS_madvise),
@@ -246,6 +249,8 @@ pub(super) const CONTROL: &[Allow] = &[
 /// ids it serves as.
 pub(super) const FILE_SERVER: &[Allow] = &[
     one_of(SYS_ioctl, 1, FD_IOCTLS),
+    // A file mapped into a DAX window is watched for truncation.
+    any(SYS_inotify_add_watch),
     any(SYS_openat),
     // fuse-backend-rs reopens through /proc/self/fd with `open`, which
     // musl makes `SYS_open` where the arch has it.
