@@ -26,6 +26,9 @@
 #                      is killed, the exit is 125 and stderr says "stopped
 #                      responding"
 #   --mem MIB          L1 memory (default 2048)
+#   --smp N            L1 vCPUs (default 1; a benchmark may ask for the
+#                      host's cores, so a VMM's threads and its vCPU run
+#                      side by side as on any real host)
 #   --out DIR          keep console.log, output, result, qemu.stderr there
 #                      (default: a temporary directory, kept only on failure)
 #   --quiet            do not stream CMD's output
@@ -56,7 +59,7 @@ case "$arch" in
 esac
 prog="nested[$arch]"
 
-files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=300 mem=2048
+files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=300 mem=2048 smp=1
 out='' quiet=0 check=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -69,6 +72,7 @@ while [ $# -gt 0 ]; do
     --boot-timeout) boot_timeout=$2; shift 2 ;;
     --stall) stall=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
+    --smp) smp=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
     --check) check=1; shift ;;
@@ -192,7 +196,7 @@ case "$arch" in
     append="console=ttyAMA0 panic=-1 quiet"
     ;;
 esac
-qemu_args=("${machine[@]}" -smp 1 -m "$mem" -nodefaults -no-user-config -display none
+qemu_args=("${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
   -no-reboot -serial "file:$log" -kernel "$kernel" -initrd "$initrd" -append "$append")
 if [ "$hostroot" = 1 ]; then
   qemu_args+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
