@@ -295,8 +295,13 @@ fn fs_devices(
         let mut fs = fs::Fs::new(share).map_err(dev("virtio-fs"))?;
         if i >= mounts.system.len() && dax {
             let at = GuestAddress(dax_window_at(ram, windows.len()));
-            let window = fs::dax::Window::new(at, fs::dax::window_size(mem_bytes))
-                .map_err(dev("virtio-fs"))?;
+            let window =
+                fs::dax::Window::new(at, fs::dax::window_size(mem_bytes)).map_err(|e| {
+                    VmmError::Device {
+                        what: "virtio-fs",
+                        why: boxdesk_platform::report::chain(&e),
+                    }
+                })?;
             vm.map_memory(window.region(), MapFlags::default())?;
             fs = fs.with_window(window.clone());
             windows.push(window);

@@ -53,10 +53,10 @@ pub enum DaxError {
     #[error("DAX window of {0:#x} bytes: a multiple of 128 MiB up to 1 GiB")]
     Size(u64),
     /// The host reservation failed.
-    #[error("cannot reserve the DAX window: {0}")]
+    #[error("cannot reserve the DAX window")]
     Reserve(#[source] vm_memory::mmap::MmapRegionError),
     /// The watch on mapped files could not be set up.
-    #[error("cannot watch the DAX window's files: {0}")]
+    #[error("cannot watch the DAX window's files")]
     Watch(#[source] io::Error),
 }
 
@@ -371,7 +371,7 @@ impl Window {
         changed
     }
 
-    /// How many chunks are mapped (for tests and `info`).
+    /// How many chunks are mapped.
     pub fn mapped_chunks(&self) -> usize {
         lock(&self.table).chunks.iter().flatten().count()
     }
