@@ -32,6 +32,8 @@ pub const STALL: Duration = Duration::from_secs(10);
 /// How long [`Conn::close`] keeps reading (and discarding) what the peer
 /// still sends, so unread bytes do not turn our close into a reset.
 const LINGER: Duration = Duration::from_millis(500);
+/// How long a send that found no kernel memory waits before the next try.
+const NO_MEMORY_PAUSE: Duration = Duration::from_millis(1);
 
 /// Why a session's stream failed.
 #[derive(Debug, thiserror::Error)]
@@ -293,6 +295,13 @@ impl Conn {
                 Ok(n) => self.out_pos += n,
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(nix::errno::Errno::EAGAIN) => return Ok(()),
+                // The kernel had no memory for the buffer this time (a
+                // container at its memory limit while the OOM killer frees
+                // some): back-pressure, not a lost peer.
+                Err(nix::errno::Errno::ENOBUFS | nix::errno::Errno::ENOMEM) => {
+                    std::thread::sleep(NO_MEMORY_PAUSE);
+                    return Ok(());
+                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -291,9 +291,10 @@ impl<'w> Pump<'w> {
     }
 
     fn on_socket(&mut self, revents: libc::c_short) -> Result<(), Outcome> {
-        if fdio::writable(revents) && self.conn.pending_out() > 0 && self.conn.flush_some().is_err()
-        {
-            return Err(self.end_with_kill());
+        if fdio::writable(revents) && self.conn.pending_out() > 0 {
+            if let Err(e) = self.conn.flush_some() {
+                return Err(self.lost(e));
+            }
         }
         if self.stdin.is_full() {
             // Not reading: a hang-up is still a disconnect.
@@ -412,8 +413,10 @@ impl<'w> Pump<'w> {
                 // EIO is how a PTY master reports that every slave is closed.
                 Ok(Pull::Eof) | Err(_) => o.open = false,
             }
-            if self.conn.pending_out() > 0 && self.conn.flush_some().is_err() {
-                return Err(self.end_with_kill());
+            if self.conn.pending_out() > 0 {
+                if let Err(e) = self.conn.flush_some() {
+                    return Err(self.lost(e));
+                }
             }
         }
         Ok(())
@@ -482,6 +485,20 @@ impl<'w> Pump<'w> {
     /// Queues an Error, kills the process group, ends the session.
     fn fail(&mut self, msg: &str) -> Outcome {
         let _ = self.conn.queue(&Frame::error(msg));
+        self.end_with_kill()
+    }
+
+    /// The session socket failed while sending: anything but the peer
+    /// being gone is said in the agent's log (the host only sees the
+    /// session end), then as [`Self::end_with_kill`].
+    fn lost(&mut self, e: io::Error) -> Outcome {
+        let gone = matches!(
+            e.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        );
+        if !gone {
+            log!("exec {}: {}", self.pid, ConnError::Io(e));
+        }
         self.end_with_kill()
     }
 

@@ -19,6 +19,14 @@ use std::time::{Duration, Instant};
 /// How long any one command may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// How long `run --detach` may take: longer than the VM backend's own wait
+/// for its agent, so a slow or stuck boot (two vCPUs on a one-vCPU nested
+/// L1 under TCG take over a minute at times) ends in boxdesk's own report,
+/// with the guest console's tail, rather than being cut short here.
+pub const START_DEADLINE: Duration = Duration::from_secs(150);
+const _: () =
+    assert!(START_DEADLINE.as_secs() > boxdesk_vmm::sandbox::READY_TIMEOUT.as_secs() + 10);
+
 /// The binary under test.
 pub fn bin() -> PathBuf {
     std::env::var_os("BOXDESK_BIN")
@@ -128,11 +136,27 @@ impl TestEnv {
         output(self.cmd(args))
     }
 
-    /// Starts a detached sandbox named `name` with extra `run` flags.
+    /// The last `max` bytes of sandbox `name`'s host log (`NAME.log` in
+    /// the runtime dir): what its helper said, for a failure's report.
+    pub fn log_tail(&self, name: &str, max: usize) -> String {
+        let path = self.runtime().join(format!("{name}.log"));
+        match fs::read(&path) {
+            Ok(bytes) => {
+                let tail = &bytes[bytes.len().saturating_sub(max)..];
+                format!("{}:\n{}", path.display(), String::from_utf8_lossy(tail))
+            }
+            Err(e) => format!("({}: {e})", path.display()),
+        }
+    }
+
+    /// Starts a detached sandbox named `name` with extra `run` flags
+    /// (within [`START_DEADLINE`]).
     pub fn start(&self, name: &str, flags: &[&str]) -> Started<'_> {
         let mut args = vec!["run", "--detach", "--name", name];
         args.extend_from_slice(flags);
-        let out = self.run(&args);
+        let out = output_or_report(self.cmd(&args), START_DEADLINE, || {
+            format!("run --detach {name}; {}", self.log_tail(name, 8192))
+        });
         assert_eq!(out.code(), 0, "run --detach failed: {out}");
         assert_eq!(out.stdout.trim(), name, "{out}");
         let pid = self.info(name)["pid"].parse().ok();
@@ -229,7 +253,9 @@ impl Started<'_> {
     pub fn exec(&self, args: &[&str]) -> Out {
         let mut v = vec!["exec", self.name.as_str(), "--"];
         v.extend_from_slice(args);
-        self.env.run(&v)
+        output_or_report(self.env.cmd(&v), DEADLINE, || {
+            format!("exec {args:?} in {}; {}", self.name, self.log_tail(8192))
+        })
     }
 
     /// `sh -c SCRIPT` in the sandbox.
@@ -240,14 +266,7 @@ impl Started<'_> {
     /// The last `max` bytes of the sandbox's host log (`NAME.log` in the
     /// runtime dir): what its helper said, for a failure's report.
     pub fn log_tail(&self, max: usize) -> String {
-        let path = self.env.runtime().join(format!("{}.log", self.name));
-        match fs::read(&path) {
-            Ok(bytes) => {
-                let tail = &bytes[bytes.len().saturating_sub(max)..];
-                format!("{}:\n{}", path.display(), String::from_utf8_lossy(tail))
-            }
-            Err(e) => format!("({}: {e})", path.display()),
-        }
+        self.env.log_tail(&self.name, max)
     }
 }
 
@@ -293,6 +312,15 @@ pub fn output(mut cmd: Command) -> Out {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn boxdesk");
     wait_output(child)
+}
+
+/// Runs `cmd` to completion within `limit`; past it, the child is killed
+/// and the test fails with `report()` (what the sandbox's log says, say).
+pub fn output_or_report(mut cmd: Command, limit: Duration, report: impl FnOnce() -> String) -> Out {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn boxdesk");
+    wait_output_until(child, limit)
+        .unwrap_or_else(|| panic!("did not finish within {limit:?}: {}", report()))
 }
 
 /// Waits for a spawned child with piped output, within [`DEADLINE`].

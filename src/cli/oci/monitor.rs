@@ -369,6 +369,18 @@ impl Created {
                     let _ = std::fs::remove_file(self.dir.join("init.sock"));
                     let code = match relay(&self.request, None, &mut None) {
                         Ok(code) => code,
+                        // The kernel's OOM killer acted in the container's
+                        // cgroup and the session went with it: a memory
+                        // cgroup may kill more than the biggest process
+                        // (the agent too, as its next victim), and the
+                        // container died of its memory limit, as runc
+                        // reports an OOM-killed init.
+                        Err(e) if self.sandbox.oom_kills().is_some_and(|n| n > 0) => {
+                            eprintln!(
+                                "boxdesk-oci: the container was killed by the out-of-memory killer at its memory limit ({e:#})"
+                            );
+                            128 + libc::SIGKILL
+                        }
                         Err(e) => {
                             eprintln!("boxdesk-oci: {e:#}");
                             125
