@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// How long `run --detach` may take: longer than the VM backend's own wait
-/// for its agent, so a slow or stuck boot (two vCPUs on a one-vCPU nested
-/// L1 under TCG take over a minute at times) ends in boxdesk's own report,
-/// with the guest console's tail, rather than being cut short here.
+/// for its agent, so a slow boot (nested TCG on a loaded machine) or a
+/// stuck one ends in boxdesk's own report, with the guest console's tail,
+/// rather than being cut short here.
 pub const START_DEADLINE: Duration = Duration::from_secs(150);
 const _: () =
     assert!(START_DEADLINE.as_secs() > boxdesk_vmm::sandbox::READY_TIMEOUT.as_secs() + 10);
