@@ -291,10 +291,8 @@ impl<'w> Pump<'w> {
     }
 
     fn on_socket(&mut self, revents: libc::c_short) -> Result<(), Outcome> {
-        if fdio::writable(revents) && self.conn.pending_out() > 0 {
-            if let Err(e) = self.conn.flush_some() {
-                return Err(self.lost(e));
-            }
+        if fdio::writable(revents) {
+            self.flush()?;
         }
         if self.stdin.is_full() {
             // Not reading: a hang-up is still a disconnect.
@@ -413,11 +411,7 @@ impl<'w> Pump<'w> {
                 // EIO is how a PTY master reports that every slave is closed.
                 Ok(Pull::Eof) | Err(_) => o.open = false,
             }
-            if self.conn.pending_out() > 0 {
-                if let Err(e) = self.conn.flush_some() {
-                    return Err(self.lost(e));
-                }
-            }
+            self.flush()?;
         }
         Ok(())
     }
@@ -488,10 +482,17 @@ impl<'w> Pump<'w> {
         self.end_with_kill()
     }
 
-    /// The session socket failed while sending: anything but the peer
-    /// being gone is said in the agent's log (the host only sees the
-    /// session end), then as [`Self::end_with_kill`].
-    fn lost(&mut self, e: io::Error) -> Outcome {
+    /// Sends what the socket takes now of the queued output. A failed
+    /// send ends the session as [`Self::end_with_kill`]; anything but the
+    /// peer being gone is said in the agent's log first (the host only
+    /// sees the session end).
+    fn flush(&mut self) -> Result<(), Outcome> {
+        if self.conn.pending_out() == 0 {
+            return Ok(());
+        }
+        let Err(e) = self.conn.flush_some() else {
+            return Ok(());
+        };
         let gone = matches!(
             e.kind(),
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
@@ -499,7 +500,7 @@ impl<'w> Pump<'w> {
         if !gone {
             log!("exec {}: {}", self.pid, ConnError::Io(e));
         }
-        self.end_with_kill()
+        Err(self.end_with_kill())
     }
 
     fn end_with_kill(&mut self) -> Outcome {

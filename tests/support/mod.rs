@@ -308,10 +308,8 @@ impl std::fmt::Display for Out {
 }
 
 /// Runs `cmd` to completion within [`DEADLINE`], collecting its output.
-pub fn output(mut cmd: Command) -> Out {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn boxdesk");
-    wait_output(child)
+pub fn output(cmd: Command) -> Out {
+    output_or_report(cmd, DEADLINE, String::new)
 }
 
 /// Runs `cmd` to completion within `limit`; past it, the child is killed
@@ -319,8 +317,11 @@ pub fn output(mut cmd: Command) -> Out {
 pub fn output_or_report(mut cmd: Command, limit: Duration, report: impl FnOnce() -> String) -> Out {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn boxdesk");
-    wait_output_until(child, limit)
-        .unwrap_or_else(|| panic!("did not finish within {limit:?}: {}", report()))
+    wait_output_until(child, limit).unwrap_or_else(|| {
+        let report = report();
+        let sep = if report.is_empty() { "" } else { ": " };
+        panic!("command did not finish within {limit:?}{sep}{report}")
+    })
 }
 
 /// Waits for a spawned child with piped output, within [`DEADLINE`].

@@ -295,13 +295,8 @@ fn fs_devices(
         let mut fs = fs::Fs::new(share).map_err(dev("virtio-fs"))?;
         if i >= mounts.system.len() && dax {
             let at = GuestAddress(dax_window_at(ram, windows.len()));
-            let window =
-                fs::dax::Window::new(at, fs::dax::window_size(mem_bytes)).map_err(|e| {
-                    VmmError::Device {
-                        what: "virtio-fs",
-                        why: boxdesk_platform::report::chain(&e),
-                    }
-                })?;
+            let window = fs::dax::Window::new(at, fs::dax::window_size(mem_bytes))
+                .map_err(dev("virtio-fs"))?;
             vm.map_memory(window.region(), MapFlags::default())?;
             fs = fs.with_window(window.clone());
             windows.push(window);
@@ -613,9 +608,9 @@ fn console_tail(console: &SharedConsole) -> String {
     String::from_utf8_lossy(&tail).into_owned()
 }
 
-fn dev<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> VmmError {
+fn dev<E: std::error::Error>(what: &'static str) -> impl Fn(E) -> VmmError {
     move |e| VmmError::Device {
         what,
-        why: e.to_string(),
+        why: boxdesk_platform::report::chain(&e),
     }
 }
