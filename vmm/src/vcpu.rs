@@ -48,18 +48,28 @@ impl Go {
     }
 }
 
-/// Starts one thread per vCPU and waits until each has its vCPU set up;
-/// the threads then wait for [`Go::start`]. Fails with the first setup
-/// error, or when a thread died before reporting.
+/// Starts one thread per vCPU, one after the other: each has its vCPU set
+/// up before the next starts; the threads then wait for [`Go::start`].
+/// Fails with the first setup error, or when a thread died before
+/// reporting.
+///
+/// One at a time because KVM arm64 before Linux 6.4 keeps the virtual
+/// counter's offset per vCPU and, as each vCPU is created, sets every
+/// listed vCPU's offset to "now". A vCPU created alongside another, and not
+/// yet listed when the other's creation ran, keeps an older offset: the
+/// guest's CPUs then read counters that disagree, and its timekeeping runs
+/// away (seconds accumulated one by one over decades) on the first CPU
+/// that reads the counter behind after the one ahead. In order, each vCPU's
+/// KVM index is also its id.
 pub(super) fn start_all(shared: &Shared) -> Result<Go, VmmError> {
     let boot = shared.boot.clone();
     shared.ending.on_stop(Box::new(move || boot.wake_all()));
-    let (ready_tx, ready_rx) = channel();
     let mut go = Go(Vec::new());
     for id in 0..shared.vcpus {
-        let (s, ready) = (shared.clone(), ready_tx.clone());
+        let (ready, ready_rx) = channel();
         let (go_tx, go_rx) = channel();
         go.0.push(go_tx);
+        let s = shared.clone();
         std::thread::Builder::new()
             .name(format!("vcpu{id}"))
             .spawn(move || {
@@ -75,9 +85,6 @@ pub(super) fn start_all(shared: &Shared) -> Result<Go, VmmError> {
                 let _ = std::io::stderr().flush();
             })
             .map_err(VmmError::Thread)?;
-    }
-    drop(ready_tx);
-    for _ in 0..shared.vcpus {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
