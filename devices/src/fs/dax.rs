@@ -557,7 +557,7 @@ mod tests {
         let f = file(CHUNK as usize);
         w.map(f.as_fd(), 0, 0, CHUNK, false).unwrap();
         f.set_len(4096 + 1).unwrap();
-        // The window's own watcher may trim first (the next test); the
+        // The window's inotify watcher may have trimmed already; the
         // trims are serialised, so after this one nothing is left to do.
         w.trim();
         assert!(!w.trim(), "a second trim finds nothing more to do");
