@@ -60,6 +60,9 @@ pub struct Options {
     pub modprobe: Vec<String>,
     /// Working directory inside L1 (default `/`).
     pub cwd: Option<String>,
+    /// How long L1 may go without its heartbeat (one a minute) before it
+    /// counts as frozen, is examined and killed (run.sh's default: 5 min).
+    pub stall: Option<Duration>,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
             env: Vec::new(),
             modprobe: Vec::new(),
             cwd: None,
+            stall: None,
         }
     }
 }
@@ -96,9 +100,13 @@ pub struct Output {
     /// Host wall time from the harness starting qemu to the command starting
     /// in L1 (the start marker seen on the console), when it started.
     pub cmd_started_after: Option<Duration>,
-    /// The whole L1 console: boot messages, markers, the command's output and,
-    /// after a failure, the tail of L1's dmesg.
+    /// L1's whole output port: the markers, the command's output and, after
+    /// a failure, the tail of L1's dmesg.
     pub console: String,
+    /// L1's kernel log (its own port: boot warnings, sysrq dumps, panics).
+    pub kernel: String,
+    /// What run.sh saw of an L1 it found frozen (`freeze.txt`), if it did.
+    pub freeze: String,
 }
 
 impl Output {
@@ -199,6 +207,9 @@ pub fn run_with(arch: Arch, files: &[(&Path, &str)], cmd: &[&str], opts: &Option
     if let Some(cwd) = &opts.cwd {
         c.args(["--cwd", cwd]);
     }
+    if let Some(stall) = opts.stall {
+        c.arg("--stall").arg(stall.as_secs().max(1).to_string());
+    }
     c.arg("--").args(cmd);
     c.stdin(Stdio::null()).stdout(Stdio::null());
     kill_with_this_thread(&mut c);
@@ -235,6 +246,8 @@ pub fn run_with(arch: Arch, files: &[(&Path, &str)], cmd: &[&str], opts: &Option
             .ok()
             .map(Duration::from_millis),
         console: read("console.log"),
+        kernel: read("kernel.log"),
+        freeze: read("freeze.txt"),
     }
 }
 
@@ -244,6 +257,8 @@ fn failed(why: String) -> Output {
         output: String::new(),
         cmd_started_after: None,
         console: String::new(),
+        kernel: String::new(),
+        freeze: String::new(),
     }
 }
 

@@ -22,9 +22,10 @@
 #   --timeout SECS     CMD's deadline, counted in L1 (default 600)
 #   --boot-timeout S   host allowance for boot and power-off on top (default 300)
 #   --stall SECS       L1 counts as frozen when its heartbeat (one a minute,
-#                      once CMD runs) stops for this long (default 300): qemu
-#                      is killed, the exit is 125 and stderr says "stopped
-#                      responding"
+#                      once CMD runs) stops for this long (default 300, or
+#                      $BOXDESK_NESTED_STALL): the freeze is examined (see
+#                      below), qemu is killed, the exit is 125 and stderr says
+#                      "stopped responding"
 #   --mem MIB          L1 memory (default 2048)
 #   --smp N            L1 vCPUs (default 1; a benchmark may ask for the
 #                      host's cores, so a VMM's threads and its vCPU run
@@ -33,6 +34,14 @@
 #                      (default: a temporary directory, kept only on failure)
 #   --quiet            do not stream CMD's output
 #   --check            exit 0 when ARCH can run here, else say what is missing
+#
+# L1's kernel logs to a port of its own (kernel.log beside console.log, which
+# carries only the markers and CMD's output). When L1 freezes, before qemu is
+# killed, freeze.txt records (and stderr summarises) what the host and qemu
+# can still see: qemu's threads (CPU time, kernel stacks, gdb backtraces
+# where gdb is installed), its monitor's view of the vCPUs, the L1 kernel's
+# sysrq dumps (w, l, t, q) and, on x86_64, its panic on an NMI (the stack of
+# whatever runs with interrupts off, and all tasks).
 #
 # The base initramfs (busybox, modules, init) is cached by content in
 # $BOXDESK_CACHE/nested/initramfs; per run only CMD and the --file's are
@@ -59,7 +68,7 @@ case "$arch" in
 esac
 prog="nested[$arch]"
 
-files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=300 mem=2048 smp=1
+files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=${BOXDESK_NESTED_STALL:-300} mem=2048 smp=1
 out='' quiet=0 check=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -128,6 +137,35 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 125' INT TERM HUP
 
+# --- the machine -------------------------------------------------------------
+# Two output ports: L1's kernel logs to one (kernel.log, from early boot, at
+# warning level and up, sysrq dumps included), init writes the markers and
+# CMD's output to the other (console.log), so neither garbles the other.
+# Kernel arguments for a frozen L1's post-mortem: sysrq from the (virtual)
+# keyboard whatever kernel.sysrq says; on x86_64 an NMI from the monitor
+# panics, printing the interrupted stack, all tasks and the timers.
+log=$out/console.log klog=$out/kernel.log
+case "$arch" in
+  x86_64)
+    machine=(-accel tcg -cpu "EPYC,+svm,+npt")
+    ports=(-serial "file:$log" -serial "file:$klog")
+    append="console=ttyS1 loglevel=5 panic=-1 sysrq_always_enabled unknown_nmi_panic panic_print=5"
+    out_tty=/dev/ttyS0 out_modules=''
+    ;;
+  aarch64)
+    # pauth-impdef: the same pointer authentication with a cheaper hash;
+    # emulating QARMA5 tripled the boot here (10-12 s to /init, not 3-3.6 s).
+    # virt has one UART (the kernel's); CMD's output takes a virtio console
+    # and sysrq a virtio keyboard (qemu has no NMI for virt).
+    machine=(-accel tcg -M "virt,virtualization=on,gic-version=3" -cpu "max,pauth-impdef=on")
+    ports=(-serial "file:$klog" -device virtio-serial-pci
+      -chardev "file,id=out,path=$log" -device "virtconsole,chardev=out"
+      -device virtio-keyboard-pci)
+    append="console=ttyAMA0 loglevel=5 panic=-1 sysrq_always_enabled"
+    out_tty=/dev/hvc0 out_modules=${NESTED_OUT_MODULES:-}
+    ;;
+esac
+
 # --- base initramfs, cached by content --------------------------------------
 key=$({ echo "format 1"; cat "$here/init" "$env_file"; } | sha256sum | cut -c1-16)
 base=$cache/initramfs/$arch-$key.cpio
@@ -159,6 +197,8 @@ kvm_mods=${NESTED_KVM_MODULES:-}
   echo "HOSTROOT_MODULES=$(q "${NESTED_HOSTROOT_MODULES:-}")"
   echo "MODPROBE=$(q "${modprobe[*]:-}")"
   echo "CWD=$(q "$cwd")"
+  echo "OUT_TTY=$out_tty"
+  echo "OUT_MODULES=$(q "$out_modules")"
 } >"$stage/nested/config"
 {
   for e in "${envs[@]+"${envs[@]}"}"; do
@@ -183,21 +223,9 @@ cp "$base" "$initrd"
 (cd "$stage" && find -L . | LC_ALL=C sort | cpio -o -H newc -L -R 0:0 --quiet) >>"$initrd"
 
 # --- boot ------------------------------------------------------------------
-log=$out/console.log
-case "$arch" in
-  x86_64)
-    machine=(-accel tcg -cpu "EPYC,+svm,+npt")
-    append="console=ttyS0 panic=-1 quiet"
-    ;;
-  aarch64)
-    # pauth-impdef: the same pointer authentication with a cheaper hash;
-    # emulating QARMA5 tripled the boot here (10-12 s to /init, not 3-3.6 s).
-    machine=(-accel tcg -M "virt,virtualization=on,gic-version=3" -cpu "max,pauth-impdef=on")
-    append="console=ttyAMA0 panic=-1 quiet"
-    ;;
-esac
 qemu_args=("${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
-  -no-reboot -serial "file:$log" -kernel "$kernel" -initrd "$initrd" -append "$append")
+  -no-reboot "${ports[@]}" -qmp "unix:$work/qmp.sock,server=on,wait=off"
+  -kernel "$kernel" -initrd "$initrd" -append "$append")
 if [ "$hostroot" = 1 ]; then
   qemu_args+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
 fi
@@ -208,6 +236,7 @@ if ! flock -n 9; then
   flock 9
 fi
 : >"$log"
+: >"$klog"
 start=${EPOCHREALTIME/./}
 # If this script is killed outright, qemu goes with it.
 setpriv --pdeathsig KILL -- "$qemu" "${qemu_args[@]}" >"$out/qemu.stderr" 2>&1 </dev/null &
@@ -226,6 +255,74 @@ if [ "$quiet" = 0 ]; then
   tail -s 0.1 -n +1 -F --pid="$qpid" "$log" 2>/dev/null | awk -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" &
   streamer=$!
 fi
+
+# freeze_report: what a frozen L1 still shows, into $out/freeze.txt, before
+# qemu is killed. The host's view first (nothing of L1's disturbed yet), then
+# qemu's monitor, then L1's own kernel: sysrq (needs L1 to take interrupts;
+# an L1 that only lost a wake-up comes back from it, which the heartbeat
+# then says), and last, on x86_64, an NMI, which panics L1 and prints even
+# with interrupts off.
+qemu_threads() { # name, state, CPU ticks (user+system), kernel wait channel
+  local t
+  for t in /proc/"$qpid"/task/*; do
+    printf '  %s %s %s ticks=%s wchan=%s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" \
+      "$(awk '{ sub(/.*\) /, ""); print $1 }' "$t/stat" 2>/dev/null)" \
+      "$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "$t/stat" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)"
+  done
+}
+freeze_report() {
+  local f=$out/freeze.txt qmp=(python3 "$here/qmp.py" "$work/qmp.sock") regs klines t
+  local beats_before
+  beats_before=$(grep -cF "$beat_marker" "$log" || true)
+  klines=$(wc -l <"$klog")
+  {
+    echo "=== L1 froze: no heartbeat for $stall s, $(date -u +%FT%TZ)"
+    echo "--- the last lines CMD printed"
+    awk -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" "$log" | tail -n 15
+    echo "--- qemu's threads (host tid, name, state, CPU ticks, wait channel), 5 s apart"
+    qemu_threads
+    sleep 5
+    qemu_threads
+    echo "--- qemu's threads' kernel stacks"
+    for t in /proc/"$qpid"/task/*; do
+      echo "  thread ${t##*/} $(cat "$t/comm" 2>/dev/null)"
+      sed 's/^/    /' "$t/stack" 2>/dev/null
+    done
+    if command -v gdb >/dev/null; then
+      echo "--- gdb: qemu's threads' backtraces"
+      timeout 60 gdb -p "$qpid" -batch -nx -ex 'set pagination off' -ex 'thread apply all bt 30' 2>&1 |
+        grep -v '^\[New LWP\|^warning: ' | head -n 400
+    else
+      echo "--- (no gdb here: apt-get install gdb for qemu's backtraces)"
+    fi
+    echo "--- qemu's monitor: the vCPUs, three looks 2 s apart"
+    regs="info registers -a"
+    [ "$arch" = x86_64 ] && regs="$regs;info lapic;info pic"
+    for t in 1 2 3; do
+      IFS=';' read -ra cmds <<<"info status;info cpus;$regs"
+      "${qmp[@]}" "${cmds[@]}" || break
+      sleep 2
+    done
+    echo "--- sysrq w (blocked tasks), l (backtraces of the CPUs), t (all tasks), q (timers) through L1's keyboard"
+    for t in w l t q; do
+      "${qmp[@]}" "sendkey alt-sysrq-$t" >/dev/null || break
+      sleep 3
+    done
+    sleep 5
+    if [ "$(grep -cF "$beat_marker" "$log" || true)" != "$beats_before" ]; then
+      echo "--- L1 beat again after the keyboard's interrupts: it had lost a wake-up, not hung"
+    fi
+    if [ "$arch" = x86_64 ]; then
+      echo "--- NMI (L1 panics, printing the stack it interrupted, all tasks, the timers)"
+      "${qmp[@]}" "nmi" >/dev/null || true
+      for t in $(seq 20); do kill -0 "$qpid" 2>/dev/null || break; sleep 1; done
+    fi
+    echo "--- L1's kernel log since the freeze was found"
+    tail -n +"$((klines + 1))" "$klog"
+    echo "--- L1's kernel log before that, the last 60 lines"
+    head -n "$klines" "$klog" | tail -n 60
+  } >"$f" 2>&1
+}
 
 limit=$((start + (deadline + boot_timeout) * 1000000))
 started_ms='' host_killed=0 stalled=0 beats=0 beat_at=0 tick=0
@@ -247,6 +344,8 @@ while kill -0 "$qpid" 2>/dev/null; do
     if [ "$n" != "$beats" ]; then
       beats=$n beat_at=$now
     elif [ $((now - beat_at)) -gt $((stall * 1000000)) ] && ! grep -qF "$end_marker" "$log"; then
+      say "L1 stopped responding: examining it before qemu is killed (about a minute)"
+      freeze_report
       kill -KILL "$qpid" 2>/dev/null || true
       stalled=1
       break
@@ -309,6 +408,12 @@ case "$status" in
     say "console log: $log"
     grep -v "TCG doesn't support requested feature" "$out/qemu.stderr" | sed 's/^/  qemu: /' >&2 || true
     tail -n 20 "$log" | sed 's/^/  console: /' >&2
+    if [ -f "$out/freeze.txt" ]; then
+      say "what the frozen L1 showed ($out/freeze.txt, its kernel's log in $klog):"
+      head -n 3000 "$out/freeze.txt" | sed 's/^/  freeze: /' >&2
+    else
+      tail -n 40 "$klog" | sed 's/^/  kernel: /' >&2
+    fi
     exit 125
     ;;
 esac

@@ -27,6 +27,7 @@ on_both_arches!(
     l1_has_dev_kvm_and_the_probe_guest_makes_its_expected_exit,
     a_failing_commands_exit_code_comes_back,
     a_hung_command_is_killed_at_its_deadline_and_reported_as_timed_out,
+    a_silent_l1_is_examined_through_qemu_and_its_own_kernel_before_it_is_killed,
     a_file_passed_in_arrives_byte_identical,
     the_hosts_root_is_shared_read_only_at_host,
 );
@@ -129,6 +130,56 @@ fn a_hung_command_is_killed_at_its_deadline_and_reported_as_timed_out(arch: Arch
     assert_eq!(out.status, Status::TimedOut, "console:\n{}", out.console);
     // The guest said so itself: the end marker carries "timeout".
     assert!(out.console.contains(":end timeout@@"), "{}", out.console);
+}
+
+/// An L1 silent past `--stall` (here: a 5 s stall against a heartbeat a
+/// minute, so a healthy L1 stands in for a frozen one) is examined before
+/// qemu is killed: qemu's threads from the host, the vCPUs from qemu's
+/// monitor, L1's kernel through sysrq from its keyboard and, on x86_64, the
+/// panic an NMI gives it, which prints even with interrupts off.
+fn a_silent_l1_is_examined_through_qemu_and_its_own_kernel_before_it_is_killed(arch: Arch) {
+    if !ready(arch) {
+        return;
+    }
+    let opts = Options {
+        stall: Some(Duration::from_secs(5)),
+        ..Options::default()
+    };
+    let out = run_with(
+        arch,
+        &[],
+        &["sh", "-c", "echo going quiet; sleep 300"],
+        &opts,
+    );
+    match &out.status {
+        Status::Failed(why) => assert!(why.contains("L1 stopped responding"), "{why}"),
+        other => panic!("a silent L1 should fail as frozen, not {other:?}"),
+    }
+    let report = &out.freeze;
+    for seen in [
+        "going quiet",                       // the last thing CMD printed
+        "--- qemu's threads' kernel stacks", // the host's view
+        "(qemu) info registers -a",          // the monitor's
+        "sysrq: Show Blocked State",         // L1's kernel, through its keyboard
+        "sysrq: Show State",
+    ] {
+        assert!(
+            report.contains(seen),
+            "no {seen:?} in the report:\n{report}"
+        );
+    }
+    assert!(
+        report.contains("CPU#0") && !report.contains("did not answer"),
+        "the monitor showed no vCPU:\n{report}"
+    );
+    if arch == Arch::X86_64 {
+        assert!(
+            report.contains("Kernel panic - not syncing: NMI"),
+            "L1 did not panic on the NMI:\n{report}"
+        );
+    }
+    // The kernel's messages stayed off the output port.
+    assert!(!out.console.contains("sysrq:"), "{}", out.console);
 }
 
 fn a_file_passed_in_arrives_byte_identical(arch: Arch) {

@@ -3,7 +3,7 @@
 # whatever is already there:
 #   tests/nested/setup.sh [--refresh] [x86_64] [aarch64]   (no arch: both)
 #
-# Installs qemu-system-x86 / qemu-system-arm and cpio, then fetches (apt-get
+# Installs qemu-system-x86 / qemu-system-arm, cpio and gdb, then fetches (apt-get
 # download, never install) the L1 kernel and busybox-static of each arch into
 # $BOXDESK_CACHE/nested and writes $BOXDESK_CACHE/nested/<arch>.env, which
 # run.sh reads. The kernel package is resolved through the meta package
@@ -50,7 +50,8 @@ as_root() {
 }
 
 # --- host packages ---------------------------------------------------------
-pkgs=(cpio)
+# gdb: run.sh takes qemu's backtraces when an L1 freezes.
+pkgs=(cpio gdb)
 for a in "${arches[@]}"; do
   case "$a" in
     x86_64) pkgs+=(qemu-system-x86) ;;
@@ -154,15 +155,18 @@ extract_busybox() { # deb dir
 }
 
 # Modules L1 may load. kvm-amd pulls irqbypass, ccp and kvm; on arm64 KVM is
-# built in. 9p over virtio-pci is for --hostroot; vhost_vsock for --modprobe.
+# built in. 9p over virtio-pci is for --hostroot; vhost_vsock for --modprobe;
+# on arm64 the output port is a virtio console and sysrq comes from a virtio
+# keyboard (x86_64's are the 8250 and the i8042, built in).
 wanted_modules() {
   case "$1" in
     x86_64) echo "kvm_amd irqbypass ccp kvm virtio_pci 9pnet_virtio 9p vhost_vsock" ;;
-    aarch64) echo "virtio_pci 9pnet_virtio 9p vhost_vsock" ;;
+    aarch64) echo "virtio_pci 9pnet_virtio 9p vhost_vsock virtio_console virtio_input" ;;
   esac
 }
 kvm_modules() { case "$1" in x86_64) echo "irqbypass ccp kvm kvm_amd" ;; aarch64) echo "" ;; esac; }
 hostroot_modules() { echo "virtio_pci 9pnet_virtio 9p"; }
+out_modules() { case "$1" in x86_64) echo "" ;; aarch64) echo "virtio_pci virtio_console virtio_input" ;; esac; }
 
 # extract_kernel ARCH DEB DIR: DIR/vmlinuz, DIR/lib/modules/<release>/...
 extract_kernel() {
@@ -244,14 +248,17 @@ boot_kernel() {
 
 mkdir -p "$cache"
 bb_host=
-# fresh ARCH: its env file is under a week old and names files that exist.
+# The env file's format: a file of another (an older harness's) is redone.
+env_format=2
+# fresh ARCH: its env file is of this format, under a week old and names
+# files that exist.
 fresh() {
   local env_file=$cache/$1.env
   [ "$refresh" = 0 ] && [ -n "$(find "$env_file" -mtime -7 2>/dev/null)" ] || return 1
   (
     # shellcheck disable=SC1090
     . "$env_file"
-    [ -f "${NESTED_KERNEL:-}" ] && [ -x "$NESTED_BUSYBOX" ] &&
+    [ "${NESTED_ENV_FORMAT:-}" = "$env_format" ] && [ -f "${NESTED_KERNEL:-}" ] && [ -x "$NESTED_BUSYBOX" ] &&
       say "$1 ready: $NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION, busybox-static $NESTED_BUSYBOX_VERSION (cached)"
   )
 }
@@ -261,12 +268,13 @@ for arch in "${arches[@]}"; do
   da=$(deb_arch "$arch")
   ensure_foreign_arch "$da"
   resolve "$da"
-  kdir=$cache/kernel/${kpkg}_${kver//:/_}
+  # (the trimmed module tree is keyed by the modules it holds)
+  kdir=$cache/kernel/${kpkg}_${kver//:/_}-$(wanted_modules "$arch" | sha256sum | cut -c1-8)
   bdir=$cache/busybox/$da-${bbver//:/_}
   env_file=$cache/$arch.env
   if [ -f "$kdir/vmlinuz" ] && [ -x "$bdir/busybox" ] && [ -f "$env_file" ] &&
     grep -qx "NESTED_KERNEL=$(boot_kernel "$arch" "$kdir")" "$env_file" &&
-    grep -qx "NESTED_BUSYBOX=$bdir/busybox" "$env_file"; then
+    grep -qx "NESTED_BUSYBOX=$bdir/busybox" "$env_file" && grep -qx "NESTED_ENV_FORMAT=$env_format" "$env_file"; then
     touch "$env_file"
     say "$arch ready: $kpkg $kver, busybox-static $bbver"
     continue
@@ -282,6 +290,7 @@ for arch in "${arches[@]}"; do
   fi
   cat >"$env_file.part" <<EOF
 # written by tests/nested/setup.sh; read by tests/nested/run.sh
+NESTED_ENV_FORMAT=$env_format
 NESTED_ARCH=$arch
 NESTED_KERNEL_PKG=$kpkg
 NESTED_KERNEL_VERSION=$kver
@@ -292,6 +301,7 @@ NESTED_BUSYBOX=$bdir/busybox
 NESTED_BUSYBOX_VERSION=$bbver
 NESTED_KVM_MODULES="$(kvm_modules "$arch")"
 NESTED_HOSTROOT_MODULES="$(hostroot_modules "$arch")"
+NESTED_OUT_MODULES="$(out_modules "$arch")"
 EOF
   mv "$env_file.part" "$env_file"
   say "$arch ready: $kpkg $kver, busybox-static $bbver"
