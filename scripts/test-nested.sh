@@ -67,27 +67,11 @@ done
 
 for arch in x86_64 aarch64; do
   step "boxdesk's VM tests and cowork on VMs inside L1 ($arch): our VMM boots our image on real KVM"
-  images=target/images/$arch
-  if [ ! -f "$images/initramfs.cpio.gz" ]; then
-    echo "nested: no $arch image (bash images/build.sh $arch runs before this in scripts/test.sh)" >&2
-    exit 1
-  fi
-  # A small ext4 root file system for the --rootfs test: the initramfs's
-  # files plus /marker.
-  rootfs=$images/test-rootfs.ext4
-  tree=$(mktemp -d)
-  (cd "$tree" && zcat "$root/$images/initramfs.cpio.gz" | cpio -id --quiet)
-  echo boxdesk-rootfs >"$tree/marker"
-  rm -f "$rootfs"
-  /sbin/mke2fs -q -t ext4 -d "$tree" "$rootfs" 64M
-  rm -rf "$tree"
   log=$(mktemp)
   rc=0
   # One L1 run: the VM tests, then the whole cowork suite with cowork's
-  # sandboxes in VMs (BOXDESK_TEST_BACKEND=kvm; the image for cowork's
-  # static boxdesk, which lives outside the checkout).
-  BOXDESK_TEST_BACKEND=kvm BOXDESK_IMAGE_DIR="$root/$images" \
-    in_l1 "$log" bash tests/nested/cargo-test.sh "$arch" --timeout 2700 --mem 3072 -p boxdesk --test tests -- vm:: cowork:: --nocapture || rc=$?
+  # sandboxes in VMs.
+  in_l1 "$log" bash tests/nested/vm-stage.sh "$arch" || rc=$?
   oks=$(grep -c '^test result: ok\. ' "$log" || true)
   skips=$(grep '^skipped: ' "$log" | grep -vc 'this KVM can boot VMs' || true)
   rm -f "$log"
@@ -100,8 +84,7 @@ done
 step "VM tests and cowork on VMs again as a desktop user would run them (uid 65534, /dev/kvm usable by all; x86_64 L1)"
 log=$(mktemp)
 rc=0
-BOXDESK_TEST_BACKEND=kvm BOXDESK_IMAGE_DIR="$root/target/images/x86_64" \
-  in_l1 "$log" bash tests/nested/cargo-test.sh x86_64 --as-nobody --timeout 2100 --mem 3072 -p boxdesk --test tests -- vm:: cowork:: || rc=$?
+in_l1 "$log" bash tests/nested/vm-stage.sh x86_64 --as-nobody || rc=$?
 oks=$(grep -c '^test result: ok\. ' "$log" || true)
 rm -f "$log"
 if [ "$rc" != 0 ] || [ "$oks" = 0 ]; then
