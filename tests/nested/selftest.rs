@@ -178,7 +178,9 @@ fn a_silent_l1_is_examined_through_qemu_and_its_own_kernel_before_it_is_killed(a
             "L1 did not panic on the NMI:\n{report}"
         );
     }
-    // The kernel's messages stayed off the output port.
+    // The kernel's messages went to its own port, and stayed off the output
+    // port.
+    assert!(out.kernel.contains("sysrq: Show State"), "{}", out.kernel);
     assert!(!out.console.contains("sysrq:"), "{}", out.console);
 }
 
