@@ -252,7 +252,11 @@ extract='{ sub(/\r$/, "") }
   index($0, b) { next }
   { i = index($0, e); if (i) { if (i > 1) printf "%s", substr($0, 1, i - 1); exit } print; fflush() }'
 if [ "$quiet" = 0 ]; then
-  tail -s 0.1 -n +1 -F --pid="$qpid" "$log" 2>/dev/null | awk -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" &
+  # mawk (Debian's awk) reads a pipe 4 KiB at a time unless interactive: the
+  # output would come in lumps, or not at all before qemu exits.
+  stream=(awk)
+  if awk -W version 2>&1 | grep -q '^mawk'; then stream=(awk -W interactive); fi
+  tail -s 0.1 -n +1 -F --pid="$qpid" "$log" 2>/dev/null | "${stream[@]}" -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" &
   streamer=$!
 fi
 
