@@ -61,8 +61,7 @@ fail() { say "$*"; exit 125; }
 arch=$1
 shift
 case "$arch" in
-  x86_64) qemu="qemu-system-x86_64" ;;
-  aarch64) qemu="qemu-system-aarch64" ;;
+  x86_64 | aarch64) qemu="qemu-system-$arch" ;;
   -h | --help) usage ;;
   *) fail "unknown arch '$arch' (x86_64 | aarch64)" ;;
 esac
@@ -97,17 +96,28 @@ done
 # --- prerequisites ----------------------------------------------------------
 not_set_up() { fail "nested harness not set up (run tests/nested/setup.sh): $*"; }
 env_file=$cache/$arch.env
-command -v "$qemu" >/dev/null || not_set_up "no $qemu"
 command -v cpio >/dev/null || not_set_up "no cpio"
 [ -f "$env_file" ] || not_set_up "no $env_file"
 # shellcheck disable=SC1090
 . "$env_file"
+# The qemu setup.sh chose (docs/NESTED-FREEZE.md: bookworm's own freezes L1
+# now and then), unless BOXDESK_NESTED_QEMU=system.
+qemu_data=()
+if [ -n "${NESTED_QEMU_PREFIX:-}" ] && [ "${BOXDESK_NESTED_QEMU:-}" != system ]; then
+  qemu=$NESTED_QEMU_PREFIX/usr/bin/$qemu
+  [ -x "$qemu" ] || not_set_up "no $qemu"
+  export QEMU_MODULE_DIR
+  QEMU_MODULE_DIR=$(find "$NESTED_QEMU_PREFIX/usr/lib" -maxdepth 2 -type d -name qemu | head -n 1)
+  qemu_data=(-L "$NESTED_QEMU_PREFIX/usr/share/qemu")
+fi
+command -v "$qemu" >/dev/null || not_set_up "no $qemu"
+qemu_version=$("$qemu" --version | head -n 1)
 kernel=${NESTED_KERNEL:-}
 [ -f "$kernel" ] || not_set_up "no $kernel"
 [ -d "$NESTED_KERNEL_DIR/lib/modules" ] || not_set_up "no $NESTED_KERNEL_DIR/lib/modules"
 [ -x "$NESTED_BUSYBOX" ] || not_set_up "no $NESTED_BUSYBOX"
 if [ "$check" = 1 ]; then
-  echo "$arch: $qemu, $NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION, busybox-static $NESTED_BUSYBOX_VERSION"
+  echo "$arch: $qemu_version, $NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION, busybox-static $NESTED_BUSYBOX_VERSION"
   exit 0
 fi
 [ $# -ge 1 ] || fail "no command given (… -- CMD [ARGS...])"
@@ -223,7 +233,7 @@ cp "$base" "$initrd"
 (cd "$stage" && find -L . | LC_ALL=C sort | cpio -o -H newc -L -R 0:0 --quiet) >>"$initrd"
 
 # --- boot ------------------------------------------------------------------
-qemu_args=("${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
+qemu_args=("${qemu_data[@]+"${qemu_data[@]}"}" "${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
   -no-reboot "${ports[@]}" -qmp "unix:$work/qmp.sock,server=on,wait=off"
   -kernel "$kernel" -initrd "$initrd" -append "$append")
 if [ "$hostroot" = 1 ]; then
@@ -280,7 +290,7 @@ freeze_report() {
   beats_before=$(grep -cF "$beat_marker" "$log" || true)
   klines=$(wc -l <"$klog")
   {
-    echo "=== L1 froze: no heartbeat for $stall s, $(date -u +%FT%TZ)"
+    echo "=== L1 froze: no heartbeat for $stall s, $(date -u +%FT%TZ), under $qemu_version"
     echo "--- the last lines CMD printed"
     awk -v s="$start_marker" -v e="$end_marker" -v b="$beat_marker" "$extract" "$log" | tail -n 15
     echo "--- qemu's threads (host tid, name, state, CPU ticks, wait channel), 5 s apart"
@@ -397,6 +407,7 @@ esac
   echo "cmd_started_ms=$started_ms"
   echo "wall_ms=$wall_ms"
   echo "kernel=$NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION"
+  echo "qemu=$qemu_version"
 } >"$out/result"
 
 case "$status" in

@@ -29,7 +29,10 @@ for i in $(seq "$runs"); do
   if [ "$rc" = 0 ]; then
     passed=$((passed + 1)) what=passed
   elif grep -q 'L1 stopped responding' "$log"; then
-    froze=$((froze + 1)) what="L1 FROZE during: $(grep -E '^test .* \.\.\. ' "$log" | tail -n 1 | cut -c1-120)"
+    # (the test running when the heartbeat stopped: the freeze report's
+    # last lines, since L1 may go on once sysrq woke it)
+    froze=$((froze + 1))
+    what="L1 FROZE during: $(sed -n '/freeze: --- the last lines CMD printed/,/freeze: ---/p' "$log" | grep -E 'test .* \.\.\. ' | tail -n 1 | sed 's/^ *freeze: //' | cut -c1-140)"
   else
     failed=$((failed + 1)) what="FAILED (exit $rc): $(grep -E '^(test .* FAILED|nested\[|cargo-test\[)' "$log" | head -n 2 | paste -sd' ' - | cut -c1-200)"
   fi
