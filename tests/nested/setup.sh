@@ -4,9 +4,10 @@
 #   tests/nested/setup.sh [--refresh] [x86_64] [aarch64]   (no arch: both)
 #
 # Installs qemu-system-x86 / qemu-system-arm, cpio and gdb, then fetches (apt-get
-# download, never install) the L1 kernel and busybox-static of each arch into
-# $BOXDESK_CACHE/nested and writes $BOXDESK_CACHE/nested/<arch>.env, which
-# run.sh reads. The kernel package is resolved through the meta package
+# download, never install) the qemu L1 runs under (bookworm-backports', on
+# Debian 12: see "the qemu L1 runs under" below), and the L1 kernel and
+# busybox-static of each arch into $BOXDESK_CACHE/nested and writes
+# $BOXDESK_CACHE/nested/<arch>.env, which run.sh reads. The kernel package is resolved through the meta package
 # (linux-image-amd64, linux-image-arm64:arm64) so a Debian ABI bump keeps
 # working; the version found is recorded in that env file (first verified:
 # linux-image-6.1.0-57-{amd64,arm64} 6.1.192-3, busybox-static
