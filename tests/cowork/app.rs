@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::client::{read_frame, wait, write_frame};
+use super::client::{read_frame, write_frame, WAIT};
 use crate::support::{bin, is_root, output, KillOnDrop, TestEnv};
 
 /// The app's own helper in the test trees: a script that says so.
@@ -79,7 +79,7 @@ fn start_helper(
         .spawn()
         .expect("start the helper");
     let child = KillOnDrop(child);
-    let deadline = Instant::now() + wait();
+    let deadline = Instant::now() + WAIT;
     while UnixStream::connect(sock).is_err() {
         assert!(
             Instant::now() < deadline,
@@ -94,7 +94,7 @@ fn start_helper(
 /// One one-shot `isRunning`, as the app sends it.
 fn one_shot_is_running(sock: &Path) -> Value {
     let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(wait())).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
     write_frame(&mut s, &json!({"method": "isRunning"}));
     s.shutdown(std::net::Shutdown::Write).unwrap();
     read_frame(&mut s).expect("a reply")

@@ -15,12 +15,8 @@ use serde_json::{json, Value};
 
 use crate::support::{bin, KillOnDrop, TestEnv};
 
-/// How long a test waits for any one reply or event: 30 s, 90 s with the
-/// sandboxes in VMs (the nested L1 emulates every instruction of theirs and
-/// of its own, and CI's host is busy beside it; a real hang still fails).
-pub fn wait() -> Duration {
-    Duration::from_secs(if on_vm() { 90 } else { 30 })
-}
+/// How long a test waits for any one reply or event.
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// A running `boxdesk cowork` with its own environment.
 pub struct Cowork {
@@ -44,7 +40,7 @@ impl Cowork {
         let log = env.root().join("cowork.log");
         let data = data.map_or_else(|| env.root().join("data"), |f| f(&env));
         let child = spawn_server_with(&env, &sock, &log, &data);
-        let deadline = Instant::now() + wait();
+        let deadline = Instant::now() + WAIT;
         while UnixStream::connect(&sock).is_err() {
             assert!(
                 Instant::now() < deadline,
@@ -77,7 +73,7 @@ impl Cowork {
     /// A connected socket with the test's read timeout.
     pub fn connect(&self) -> UnixStream {
         let s = UnixStream::connect(&self.sock).expect("connect to cowork");
-        s.set_read_timeout(Some(wait())).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
         s
     }
 
@@ -254,9 +250,9 @@ impl Pipe {
     }
 
     /// Calls `method` (no params) until its reply's `pointer` is `want`;
-    /// fails the test after [`wait`].
+    /// fails the test after [`WAIT`].
     pub fn poll(&mut self, method: &str, pointer: &str, want: Value) {
-        let deadline = Instant::now() + wait();
+        let deadline = Instant::now() + WAIT;
         loop {
             let r = self.call(method, json!({}));
             if r.pointer(pointer) == Some(&want) {
@@ -328,7 +324,7 @@ impl Events {
             self.s.read_exact(&mut body).unwrap();
             got.push(serde_json::from_slice(&body).unwrap());
         }
-        self.s.set_read_timeout(Some(wait())).unwrap();
+        self.s.set_read_timeout(Some(WAIT)).unwrap();
         got
     }
 }

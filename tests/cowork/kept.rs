@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::client::{wait, Cowork};
+use super::client::{Cowork, WAIT};
 
 /// `boxdesk ls --json` in the server's environment.
 fn ls(c: &Cowork) -> Vec<Value> {
@@ -185,7 +185,7 @@ fn a_sandbox_that_ended_leaves_no_accepting_thread_behind_in_cowork() {
     } else {
         "agent-accept"
     };
-    let deadline = Instant::now() + wait();
+    let deadline = Instant::now() + WAIT;
     loop {
         let counts = ["control-accept", agent].map(|n| threads_named(pid, n));
         if counts == [1, 1] {

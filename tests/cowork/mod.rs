@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use client::{read_frame, wait, write_frame, Cowork};
+use client::{read_frame, write_frame, Cowork, WAIT};
 
 #[test]
 fn a_one_shot_request_gets_one_reply_without_an_id() {
@@ -264,7 +264,7 @@ fn events_emitted_with_nobody_subscribed_are_replayed_to_a_late_subscriber() {
     let mut p = c.boot("late");
     p.sh("early", "s", "echo one; echo two");
     // Wait until it has surely ended, then subscribe.
-    let deadline = Instant::now() + wait();
+    let deadline = Instant::now() + WAIT;
     while p.call("isProcessRunning", json!({"id": "early"}))["result"]["running"] == true {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(10));
@@ -752,7 +752,7 @@ fn a_profile_keeps_at_most_eight_allowlist_sandboxes_and_an_idle_one_makes_room(
     // One ends: its sandbox is idle and makes room for the ninth list.
     p.call("kill", json!({"id": "hold0", "signal": "SIGKILL"}));
     ev.exit_of("hold0");
-    let deadline = Instant::now() + wait();
+    let deadline = Instant::now() + WAIT;
     loop {
         let r = spawn(&mut p, "ninth", "echo ran", "h8.example.com");
         if r["success"] == true {
@@ -838,7 +838,7 @@ fn a_second_server_on_a_live_socket_exits_non_zero_and_a_stale_one_is_replaced()
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     let mut s =
         crate::support::KillOnDrop(client::spawn_server(&env, &sock, &env.root().join("l")));
-    let deadline = Instant::now() + wait();
+    let deadline = Instant::now() + WAIT;
     while UnixStream::connect(&sock).is_err() {
         assert!(
             Instant::now() < deadline,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::client::{wait, Cowork};
+use super::client::{Cowork, WAIT};
 
 #[test]
 fn a_late_guest_response_is_accepted() {
@@ -148,7 +148,7 @@ fn log_dir_gets_a_private_copy_of_the_helpers_log() {
     assert_eq!(r["success"], true, "{r}");
     p.call("noSuchMethodForTheLog", json!({}));
     let log = dir.join("boxdesk-cowork.log");
-    let deadline = Instant::now() + wait();
+    let deadline = Instant::now() + WAIT;
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.contains("noSuchMethodForTheLog") {
