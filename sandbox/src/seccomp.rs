@@ -13,10 +13,13 @@
 //! 1. **deny** (seccompiler): a system call from another architecture or
 //!    ABI (`int 0x80` on x86_64, say) kills the process, since its numbers
 //!    would walk past every rule; the calls below fail with `EPERM`;
-//! 2. **clone3** (seccompiler): `clone3` fails with `ENOSYS`, so libc falls
-//!    back to `clone`, whose flags a filter can read (`clone3` keeps them in
-//!    memory; Docker and Flatpak do the same). A second program because
-//!    seccompiler gives a filter one match action;
+//! 2. **enosys** (seccompiler): `clone3` and `openat2` fail with `ENOSYS`,
+//!    so libc falls back to `clone` and `openat`, whose flags and mode a
+//!    filter can read (`clone3` and `openat2` keep them in memory, where
+//!    seccomp cannot look: `openat2(O_CREAT)` with mode 06755 would make a
+//!    set-id file past the mode rules below; Docker and Flatpak answer
+//!    `clone3` the same way). A second program because seccompiler gives a
+//!    filter one match action;
 //! 3. **x32** (x86_64 only, four instructions built here): a system call
 //!    with bit 30 of its number set (the x32 ABI, same audit arch) fails
 //!    with `EPERM`. seccompiler matches numbers one by one, so it cannot
@@ -55,6 +58,9 @@
 //!   of a mounted filesystem by handle, outside the sandbox's mount tree
 //!   (the "shocker" escape);
 //! - raw hardware (x86_64: `iopl`, `ioperm`): I/O port access;
+//! - x86_64 `modify_ldt`: segment descriptors of the process's own, old
+//!   ground for kernel bugs (CVE-2015-5157, CVE-2017-17053) that no current
+//!   program needs (Docker refuses it too);
 //! - obsolete calls (`nfsservctl`; x86_64: `uselib`, `_sysctl`, `sysfs`,
 //!   `ustat`): no current program needs them; `_sysctl` writes kernel
 //!   parameters on kernels before 5.5;
@@ -287,6 +293,7 @@ const ARCH_ONLY: &[Deny] = &[
     deny!(SYS_creat, When::AnyBit(1, SETID)),
     deny!(SYS_iopl),
     deny!(SYS_ioperm),
+    deny!(SYS_modify_ldt),
     deny!(SYS_uselib),
     deny!(SYS__sysctl),
     deny!(SYS_sysfs),
@@ -296,7 +303,10 @@ const ARCH_ONLY: &[Deny] = &[
 #[cfg(not(target_arch = "x86_64"))]
 const ARCH_ONLY: &[Deny] = &[];
 
-/// The architecture seccompiler compiles for: the host's.
+/// The calls the second program answers with `ENOSYS` (see the module
+/// doc): what libc then falls back to is what the deny program checks.
+pub const ENOSYS_CALLS: &[libc::c_long] = &[sys::SYS_clone3, sys::SYS_openat2];
+
 /// This host's architecture as seccompiler names it.
 pub fn target_arch() -> Result<TargetArch, SeccompError> {
     match std::env::consts::ARCH {
@@ -322,7 +332,7 @@ fn build(errno: u32) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut out = vec![
         deny_program(arch, errno)?,
         SeccompFilter::new(
-            [(sys::SYS_clone3, vec![])].into_iter().collect(),
+            ENOSYS_CALLS.iter().map(|&nr| (nr, vec![])).collect(),
             SeccompAction::Allow,
             SeccompAction::Errno(libc::ENOSYS as u32),
             arch,
@@ -436,7 +446,7 @@ mod tests {
     enum Want {
         /// The deny program answers (its errno).
         Denied,
-        /// The clone3 program answers `ENOSYS`.
+        /// The second program answers `ENOSYS` (clone3, openat2).
         Enosys,
         /// The kernel answers, success or not.
         Kernel,
@@ -797,6 +807,13 @@ mod tests {
             ),
             // clone3, and what must keep working.
             p("clone3", SYS_clone3, [0, 0, 0, 0, 0, 0], Enosys),
+            // openat2 whatever its open_how says (here: a bad address).
+            p(
+                "openat2",
+                sys::SYS_openat2,
+                [at, BAD, BAD, 24, 0, 0],
+                Enosys,
+            ),
             p("getpid", SYS_getpid, [0; 6], Succeeds),
         ];
         // With CLONE_THREAD but not CLONE_SIGHAND (clone), or CLONE_VFORK
@@ -856,6 +873,8 @@ mod tests {
             p("creat", SYS_creat, [BAD, 0o755, 0, 0, 0, 0], Kernel),
             p("iopl", SYS_iopl, [4, 0, 0, 0, 0, 0], Denied),
             p("ioperm", SYS_ioperm, [0x1_0000, 1, 1, 0, 0, 0], Denied),
+            // A write of one LDT entry from a bad address.
+            p("modify_ldt", SYS_modify_ldt, [1, BAD, 16, 0, 0, 0], Denied),
             p("uselib", SYS_uselib, [0, 0, 0, 0, 0, 0], Denied),
             p("_sysctl", SYS__sysctl, [0, 0, 0, 0, 0, 0], Denied),
             p("sysfs", SYS_sysfs, [0, 0, 0, 0, 0, 0], Denied),

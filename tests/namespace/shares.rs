@@ -86,6 +86,16 @@ fn setuid_bits_and_device_nodes_never_reach_the_host_through_a_share() {
     let env = TestEnv::new();
     let dir = shared_dir(&env);
     let share = format!("{}:/mnt/d", dir.display());
+    // openat2(AT_FDCWD, "/mnt/d/o2", {O_CREAT|O_WRONLY, 06755}), its result
+    // and errno printed.
+    let openat2 = "import ctypes, os, struct; libc = ctypes.CDLL(None, use_errno=True); \
+        how = struct.pack('QQQ', os.O_CREAT | os.O_WRONLY, 0o6755, 0); \
+        r = libc.syscall(437, -100, b'/mnt/d/o2', how, len(how)); \
+        print('openat2', r, ctypes.get_errno())";
+    let script = format!(
+        "cp /bin/sh /mnt/d/sh; chmod u+s /mnt/d/sh; chmod g+s /mnt/d/sh; \
+         mknod /mnt/d/dev c 1 3; mkfifo /mnt/d/fifo; python3 -c \"{openat2}\"; echo done"
+    );
     let out = env.run([
         "run",
         "--backend",
@@ -95,10 +105,19 @@ fn setuid_bits_and_device_nodes_never_reach_the_host_through_a_share() {
         "--",
         "sh",
         "-c",
-        "cp /bin/sh /mnt/d/sh; chmod u+s /mnt/d/sh; chmod g+s /mnt/d/sh; \
-         mknod /mnt/d/dev c 1 3; mkfifo /mnt/d/fifo; echo done",
+        &script,
     ]);
     assert!(out.stdout.contains("done"), "{out}");
+    // openat2 keeps its mode where seccomp cannot read it: it is answered
+    // ENOSYS (38), so libc falls back to openat, whose mode is checked.
+    assert!(
+        out.stdout.contains("openat2 -1 38\n"),
+        "openat2 was not answered ENOSYS: {out}"
+    );
+    assert!(
+        !dir.join("o2").exists(),
+        "openat2 created a file in the share"
+    );
     let mode = std::fs::metadata(dir.join("sh"))
         .unwrap()
         .permissions()

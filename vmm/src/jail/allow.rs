@@ -211,6 +211,9 @@ pub(super) const CONTROL: &[Allow] = &[
     any(SYS_shutdown),
     any(SYS_getsockopt),
     any(SYS_openat),
+    // Passed on to the filter that answers it ENOSYS (see `super`): libc
+    // falls back to `openat`.
+    any(SYS_openat2),
     any(SYS_getdents64),
     any(SYS_unlinkat),
     any(SYS_mkdirat),
@@ -252,6 +255,9 @@ pub(super) const FILE_SERVER: &[Allow] = &[
     // A file mapped into a DAX window is watched for truncation.
     any(SYS_inotify_add_watch),
     any(SYS_openat),
+    // Passed on to the filter that answers it ENOSYS (see `super`): libc
+    // falls back to `openat`.
+    any(SYS_openat2),
     // fuse-backend-rs reopens through /proc/self/fd with `open`, which
     // musl makes `SYS_open` where the arch has it.
     #[cfg(target_arch = "x86_64")]

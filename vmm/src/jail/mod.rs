@@ -7,9 +7,11 @@
 //!    `CAP_SYS_PTRACE`), `RLIMIT_NOFILE` no higher than the helper needs.
 //! 2. **Every thread** gets the helper's allowlist ([`allow::HELPER`] and
 //!    every class's calls), synchronised across the threads that exist
-//!    (`SECCOMP_FILTER_FLAG_TSYNC`), plus a filter answering `clone3` with
-//!    `ENOSYS` so that libc falls back to `clone`, whose flags the
-//!    allowlist checks (a thread, never a process: nothing can `exec`).
+//!    (`SECCOMP_FILTER_FLAG_TSYNC`), plus a filter answering `clone3` and
+//!    `openat2` with `ENOSYS` so that libc falls back to `clone` and
+//!    `openat`, whose flags the allowlist checks (a thread, never a
+//!    process: nothing can `exec`); the namespace sandbox's filter answers
+//!    the same calls the same way (`boxdesk_sandbox::seccomp::ENOSYS_CALLS`).
 //! 3. **Each thread class** narrows itself further when its thread
 //!    starts, through `boxdesk_platform::threads`: vCPUs ([`allow::VCPU`]:
 //!    `KVM_RUN` and the device work an exit does), device event loops,
@@ -116,15 +118,18 @@ pub fn lock_down(mode: Mode, serves_files: bool) -> Result<(), JailError> {
         ));
     }
     let helper = compile("helper", &lists(None), trap, arch)?;
-    let clone3 = SeccompFilter::new(
-        [(libc::SYS_clone3, vec![])].into_iter().collect(),
+    let enosys = SeccompFilter::new(
+        boxdesk_sandbox::seccomp::ENOSYS_CALLS
+            .iter()
+            .map(|&nr| (nr, vec![]))
+            .collect(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
     )
     .and_then(BpfProgram::try_from)
     .map_err(|source| JailError::Compile {
-        class: "clone3",
+        class: "enosys",
         source,
     })?;
     threads::install(Box::new(move |class| {
@@ -142,7 +147,7 @@ pub fn lock_down(mode: Mode, serves_files: bool) -> Result<(), JailError> {
         }
     }))?;
     seccompiler::apply_filter_all_threads(&helper).map_err(JailError::Install)?;
-    seccompiler::apply_filter_all_threads(&clone3).map_err(JailError::Install)?;
+    seccompiler::apply_filter_all_threads(&enosys).map_err(JailError::Install)?;
     tracing::debug!("seccomp: every thread filtered ({mode:?})");
     Ok(())
 }
@@ -321,6 +326,35 @@ mod tests {
             libc::SOCK_STREAM
         );
         assert!(stderr.contains(&line), "{stderr}");
+    }
+
+    #[test]
+    fn a_jailed_helper_is_answered_enosys_for_openat2_and_clone3_so_libc_falls_back() {
+        const NAME: &str = "jail::tests::a_jailed_helper_is_answered_enosys_for_openat2_and_clone3_so_libc_falls_back";
+        if child() {
+            lock_down(Mode::Enforce, true).unwrap();
+            for (name, nr) in [("openat2", libc::SYS_openat2), ("clone3", libc::SYS_clone3)] {
+                // SAFETY: the pointers are bad on purpose (were the call let
+                // through, the kernel would answer EFAULT and change
+                // nothing); only integers are passed.
+                let r = unsafe { libc::syscall(nr, libc::AT_FDCWD, 1usize, 1usize, 24usize) };
+                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                println!("{name} {r} {errno}");
+            }
+            return;
+        }
+        let out = in_child(NAME);
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let enosys = libc::ENOSYS;
+        assert!(
+            stdout.contains(&format!("openat2 -1 {enosys}\n")),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("clone3 -1 {enosys}\n")),
+            "{stdout}"
+        );
     }
 
     #[test]
