@@ -40,6 +40,10 @@ pub enum EnvelopeError {
     /// The body is not JSON at all: the connection is closed after the reply.
     #[error("frame body is not JSON: {0}")]
     NotJson(String),
+    /// The body has an object with a key twice (which one counts is the
+    /// parser's guess): the connection is closed after the reply.
+    #[error("frame body has {0}")]
+    DuplicateKey(String),
     /// The body is JSON but not an object: the connection is closed after
     /// the reply.
     #[error("frame body is a JSON {0}, not an object")]
@@ -65,7 +69,9 @@ impl EnvelopeError {
     pub fn closes(&self) -> bool {
         matches!(
             self,
-            EnvelopeError::NotJson(_) | EnvelopeError::NotObject(_)
+            EnvelopeError::NotJson(_)
+                | EnvelopeError::DuplicateKey(_)
+                | EnvelopeError::NotObject(_)
         )
     }
 
@@ -80,8 +86,11 @@ impl EnvelopeError {
 
 /// Parses one frame body.
 pub fn parse(body: &[u8]) -> Result<Request, EnvelopeError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+    let value = crate::strict::from_slice(body).map_err(|e| match e.classify() {
+        // (the only data error a strict parse makes: see `strict`)
+        serde_json::error::Category::Data => EnvelopeError::DuplicateKey(e.to_string()),
+        _ => EnvelopeError::NotJson(e.to_string()),
+    })?;
     let Value::Object(mut obj) = value else {
         return Err(EnvelopeError::NotObject(kind(&value)));
     };
@@ -169,6 +178,22 @@ mod tests {
         let e = parse(br#"{"id":"a","method":"spawn","params":[1]}"#).unwrap_err();
         assert!(!e.closes());
         assert_eq!(e.id(), Some(&json!("a")));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_with_its_name_and_closes_the_connection() {
+        let e = parse(br#"{"method":"isRunning","method":"stopVM"}"#).unwrap_err();
+        assert!(e.closes());
+        assert!(
+            matches!(&e, EnvelopeError::DuplicateKey(why) if why.contains("\"method\"")),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with("frame body has duplicate key"),
+            "{e}"
+        );
+        // Not JSON stays not JSON.
+        assert!(matches!(parse(b"{\"a\":"), Err(EnvelopeError::NotJson(_))));
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub mod sandbox;
 pub mod server;
 pub mod sessions;
 pub mod signals;
+pub mod strict;
 pub mod utf8;
 
 use std::fmt::Display;

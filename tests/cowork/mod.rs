@@ -357,6 +357,27 @@ fn bodies_that_are_not_json_objects_are_refused_and_the_connection_closed() {
 }
 
 #[test]
+fn a_request_with_a_key_twice_is_refused_by_name_and_runs_neither_reading() {
+    let c = Cowork::start();
+    for body in [
+        &br#"{"method":"isRunning","method":"stopVM","id":1}"#[..],
+        br#"{"method":"spawn","id":2,"params":{"id":"a","name":"s","command":"true","command":"sh"}}"#,
+    ] {
+        let mut s = c.connect();
+        let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
+        bytes.extend_from_slice(body);
+        s.write_all(&bytes).unwrap();
+        let r = read_frame(&mut s).expect("error reply");
+        assert_eq!(r["success"], false, "{r}");
+        let why = r["error"].as_str().unwrap_or_default();
+        assert!(why.contains("duplicate key"), "{r}");
+        assert!(read_frame(&mut s).is_none(), "closed after a bad body");
+    }
+    assert!(!c.log().contains("stopVM"), "{}", c.log());
+    assert_eq!(c.one_shot("isRunning", json!({}))["success"], true);
+}
+
+#[test]
 fn missing_or_ill_typed_params_get_an_error_reply_with_the_id() {
     let c = Cowork::start();
     let mut p = c.pipe("params");
