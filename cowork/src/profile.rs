@@ -267,7 +267,16 @@ impl Profile {
         }
         let starter = self.backend.starter.clone();
         let (naming, resources) = (self.naming("host"), self.resources());
-        match Sandbox::start(starter, &self.layout, Net::Host, naming, staged, resources).await {
+        match Sandbox::start(
+            starter,
+            &self.layout,
+            Net::Public,
+            naming,
+            staged,
+            resources,
+        )
+        .await
+        {
             Ok(sb) => {
                 self.step("start_vm", "completed");
                 self.step("wait_for_guest", "completed");
@@ -287,11 +296,13 @@ impl Profile {
         drop(_life);
         if let Some(url) = api_probe {
             let me = self.clone();
-            // The path a spawn's traffic takes: straight out, or through the
-            // proxy and its rules.
-            let rules = self.host().and_then(|sb| sb.allowlist().cloned());
+            // The path a spawn's traffic takes: through the proxy and its
+            // rules.
+            let rules = self
+                .host()
+                .map_or_else(Allowlist::public, |sb| sb.allowlist().clone());
             tokio::spawn(async move {
-                let status = match proxy::probe(&url, rules.as_ref()).await {
+                let status = match proxy::probe(&url, Some(&rules)).await {
                     Ok(r) => r.as_str(),
                     Err(_) => "unreachable",
                 };

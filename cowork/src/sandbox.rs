@@ -126,8 +126,13 @@ impl Layout {
 /// The network a sandbox gets.
 #[derive(Debug, Clone)]
 pub enum Net {
-    /// The host's network, shared.
-    Host,
+    /// A private network; out only through the proxy, to any public
+    /// destination (never this host, its LAN or link-local): what a
+    /// sandbox gets without `allowedDomains`, on every backend. (Sharing the
+    /// host's network namespace would hand a spawned process the host's
+    /// loopback services and abstract Unix sockets, an X server's among
+    /// them.)
+    Public,
     /// A private network; out only through the proxy, to these domains.
     Filtered(Arc<Allowlist>),
 }
@@ -177,9 +182,8 @@ pub struct Sandbox {
     how: Arc<Mutex<Option<String>>>,
     pool: Mutex<Vec<UnixStream>>,
     proxy: Option<tokio::task::JoinHandle<()>>,
-    /// The rules of its proxy, when its way out is the proxy.
-    allow: Option<Arc<Allowlist>>,
-    filtered: bool,
+    /// The rules of its proxy, its only way out.
+    allow: Arc<Allowlist>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -203,19 +207,14 @@ impl Sandbox {
         staged: bool,
         resources: Resources,
     ) -> Result<Arc<Sandbox>, SandboxError> {
-        // A backend without the host's network (a VM) reaches out only
-        // through the proxy, which then allows every public destination.
-        let (spec_net, allow) = match net {
-            Net::Host if starter.host_network() => (SpecNet::Host, None),
-            Net::Host => (SpecNet::None, Some(Arc::new(Allowlist::public()))),
-            Net::Filtered(allow) => (SpecNet::None, Some(allow)),
+        // Every sandbox reaches out only through the proxy.
+        let allow = match net {
+            Net::Public => Arc::new(Allowlist::public()),
+            Net::Filtered(allow) => allow,
         };
         let layout = layout.clone();
-        let filtered = allow.is_some();
         let (keeper, sandbox, listener) = tokio::task::spawn_blocking(move || {
-            start_kept(
-                &*starter, &layout, spec_net, &naming, staged, resources, filtered,
-            )
+            start_kept(&*starter, &layout, &naming, staged, resources)
         })
         .await
         .map_err(|_| SandboxError::Gone)??;
@@ -235,15 +234,12 @@ impl Sandbox {
             pool: Mutex::new(Vec::with_capacity(POOL)),
             proxy: None,
             allow: allow.clone(),
-            filtered,
         };
-        if let (Some(allow), Some(l)) = (allow, listener) {
-            match proxy::Listener::from_inside(l) {
-                Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
-                Err(e) => {
-                    sb.stop().await;
-                    return Err(os("registering the proxy listener")(e));
-                }
+        match proxy::Listener::from_inside(listener) {
+            Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
+            Err(e) => {
+                sb.stop().await;
+                return Err(os("registering the proxy listener")(e));
             }
         }
         let sb = Arc::new(sb);
@@ -284,17 +280,14 @@ impl Sandbox {
         }
     }
 
-    /// The rules its processes' connections out are held to, where its
-    /// only way out is the proxy (`None`: the host's network).
-    pub fn allowlist(&self) -> Option<&Allowlist> {
-        self.allow.as_deref()
+    /// The rules its processes' connections out are held to: its only way
+    /// out is the proxy.
+    pub fn allowlist(&self) -> &Allowlist {
+        &self.allow
     }
 
     /// Environment that points a process at this sandbox's proxy.
     pub fn proxy_env(&self) -> Vec<(&'static str, String)> {
-        if !self.filtered {
-            return Vec::new();
-        }
         let url = format!("http://127.0.0.1:{PROXY_PORT}");
         let mut env = Vec::with_capacity(8);
         for k in [
@@ -471,7 +464,7 @@ fn watch(
 type Kept = (
     Arc<Keeper>,
     Arc<dyn boxdesk_sandbox::Sandbox>,
-    Option<InsideListener>,
+    InsideListener,
 );
 
 /// Claims a name, starts the sandbox under it and waits for its agent
@@ -479,11 +472,9 @@ type Kept = (
 fn start_kept(
     starter: &dyn Starter,
     layout: &Layout,
-    net: SpecNet,
     naming: &Naming,
     staged: bool,
     resources: Resources,
-    filtered: bool,
 ) -> Result<Kept, SandboxError> {
     let (keeper, control) = claim(naming)?;
     let abandon = |e: SandboxError| {
@@ -495,25 +486,16 @@ fn start_kept(
         .map_err(|e| abandon(os("starting a thread")(e)))?;
     keeper.label("profile", naming.profile.clone());
     keeper.label("log", naming.log.display().to_string());
-    let mut spec = spec(layout, &keeper_name(&keeper), net, staged, resources);
-    if filtered {
-        spec.relays = vec![PROXY_PORT];
-    }
+    let spec = spec(layout, &keeper_name(&keeper), staged, resources);
     let sandbox: Arc<dyn boxdesk_sandbox::Sandbox> = starter
         .start(&spec, &keeper, &naming.log)
         .map(Arc::from)
         .map_err(|e| abandon(e.into()))?;
     keeper.hold(sandbox.clone());
     sandbox.wait_ready().map_err(|e| abandon(e.into()))?;
-    let listener = if filtered {
-        Some(
-            sandbox
-                .listen_inside(PROXY_PORT)
-                .map_err(|e| abandon(e.into()))?,
-        )
-    } else {
-        None
-    };
+    let listener = sandbox
+        .listen_inside(PROXY_PORT)
+        .map_err(|e| abandon(e.into()))?;
     keeper.ready();
     Ok((keeper, sandbox, listener))
 }
@@ -540,16 +522,12 @@ fn claim(naming: &Naming) -> Result<(Arc<Keeper>, std::os::unix::net::UnixListen
 /// (its working directory) and again at `/work`, where `boxdesk exec`
 /// starts a command unless told otherwise, its home mirror at the home
 /// path (its HOME), all writable and following later mounts.
-fn spec(
-    layout: &Layout,
-    name: &str,
-    net: SpecNet,
-    staged: bool,
-    resources: Resources,
-) -> SandboxSpec {
+fn spec(layout: &Layout, name: &str, staged: bool, resources: Resources) -> SandboxSpec {
     let pick = |view: PathBuf, plain: &Path| if staged { view } else { plain.to_owned() };
     let mut spec = SandboxSpec::new(name);
-    spec.net = net;
+    // A private network; the proxy's port relayed out (see `Net`).
+    spec.net = SpecNet::None;
+    spec.relays = vec![PROXY_PORT];
     spec.resources = resources;
     spec.shares = vec![
         Share {

@@ -70,14 +70,6 @@ pub trait Starter: Send + Sync + std::fmt::Debug {
     /// host dir shared writable must belong to.
     fn inside_owner(&self) -> Owner;
 
-    /// Whether its sandboxes can have the host's network
-    /// ([`crate::running::Net::Host`]). One that cannot (a VM has no
-    /// network device) is given ways out through
-    /// [`Sandbox::listen_inside`] instead.
-    fn host_network(&self) -> bool {
-        true
-    }
-
     /// The backend's name, as `info` says it (`namespace`, `kvm`, `hvf`).
     fn backend(&self) -> &'static str;
 }

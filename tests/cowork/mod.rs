@@ -665,30 +665,49 @@ fn allowed_domains_give_a_private_network_whose_only_way_out_is_the_proxy() {
         "{:?}",
         ev.seen
     );
-    if client::on_vm() {
-        // A VM has no network device: without allowedDomains, too, its
-        // only way out is the proxy, which allows every public
-        // destination and nothing on this host.
-        let script = proxy_script(&[("127.0.0.1", port)], port);
-        p.call(
-            "spawn",
-            json!({"id": "open", "name": "s", "command": "/bin/sh", "args": ["-c", script]}),
-        );
-        assert_eq!(ev.exit_of("open")["exitCode"], 0, "{:?}", ev.seen);
-        assert_eq!(
-            ev.text("stdout", "open"),
-            "http://127.0.0.1:3128\n403 \ndirect-refused\n"
-        );
-    } else {
-        // Without allowedDomains the host network is shared.
-        let script = format!("busybox nc 127.0.0.1 {port} </dev/null");
-        p.call(
-            "spawn",
-            json!({"id": "open", "name": "s", "command": "/bin/sh", "args": ["-c", script]}),
-        );
-        ev.exit_of("open");
-        assert_eq!(ev.text("stdout", "open"), "hello-from-host");
-    }
+    // Without allowedDomains, too, the only way out is the proxy (a VM has
+    // no network device; a namespace sandbox a network namespace of its
+    // own), which allows every public destination and nothing on this host.
+    let script = proxy_script(&[("127.0.0.1", port)], port);
+    p.call(
+        "spawn",
+        json!({"id": "open", "name": "s", "command": "/bin/sh", "args": ["-c", script]}),
+    );
+    assert_eq!(ev.exit_of("open")["exitCode"], 0, "{:?}", ev.seen);
+    assert_eq!(
+        ev.text("stdout", "open"),
+        "http://127.0.0.1:3128\n403 \ndirect-refused\n"
+    );
+}
+
+#[test]
+fn a_spawn_reaches_no_abstract_unix_socket_of_the_host() {
+    use std::os::linux::net::SocketAddrExt;
+    // An X server's socket is abstract (`@/tmp/.X11-unix/X0`): this stands
+    // in for it. Abstract sockets belong to a network namespace.
+    let name = format!("boxdesk-test-x11-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let x11 = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    x11.set_nonblocking(true).unwrap();
+    let c = Cowork::start();
+    let mut p = c.boot("x11");
+    let mut ev = c.events("x11");
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\n\
+         try:\n    s.connect('\\0{name}')\n    print('connected')\n\
+         except OSError as e:\n    print('refused', e.errno)\n"
+    );
+    p.call(
+        "spawn",
+        json!({"id": "x", "name": "s", "command": "python3", "args": ["-c", script]}),
+    );
+    assert_eq!(ev.exit_of("x")["exitCode"], 0, "{:?}\n{}", ev.seen, c.log());
+    let out = ev.text("stdout", "x");
+    assert!(out.starts_with("refused"), "{out}");
+    assert!(
+        x11.accept().is_err(),
+        "the host's abstract socket took a connection from a sandbox"
+    );
 }
 
 #[test]
@@ -804,15 +823,9 @@ fn start_vm_probes_the_api_url_and_stop_vm_ends_processes_with_exit_events() {
     );
     assert_eq!(r["success"], true);
     let reach = ev.until("apiReachability", |v| v["type"] == "apiReachability");
-    // Probed the way a spawn's connection goes: straight to this host's
-    // loopback from a namespace sandbox; from a VM through the proxy,
-    // whose rules keep it off anything private.
-    let want = if client::on_vm() {
-        "blocked"
-    } else {
-        "reachable"
-    };
-    assert_eq!(reach["status"], want, "{reach}");
+    // Probed the way a spawn's connection goes: through the proxy, whose
+    // rules keep it off anything private, this host's loopback included.
+    assert_eq!(reach["status"], "blocked", "{reach}");
     p.call(
         "spawn",
         json!({"id": "z", "name": "s", "command": "sleep", "args": ["60"]}),

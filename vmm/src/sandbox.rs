@@ -484,10 +484,6 @@ impl Starter for VmStarter {
         Owner::us()
     }
 
-    fn host_network(&self) -> bool {
-        false
-    }
-
     fn backend(&self) -> &'static str {
         if cfg!(target_os = "macos") {
             "hvf"
