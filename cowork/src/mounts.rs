@@ -378,7 +378,7 @@ pub fn attach(
         if !fd_is_mount_root(&target).map_err(os("inspecting", shown))? {
             break;
         }
-        detach(Path::new(&format!("/proc/self/fd/{}", target.as_raw_fd())));
+        detach(&fd_path(&target));
         // The old descriptor is on the mount just taken off.
         target = dir_beneath(base, names)?;
     }
@@ -480,32 +480,67 @@ pub fn detach(path: &Path) {
     }
 }
 
-/// Takes every mount off `dir/*/mnt/*` (one session's mounts when `dir`
-/// is `<staged sessions>/<name>`'s parent and `only` names it; all of them
-/// otherwise). Never follows a symlink: entries are checked with lstat.
+/// Takes every mount beneath `sessions/<only>` (beneath `sessions` when
+/// `only` is `None`) off. Which mounts is this process's mountinfo's word:
+/// a sandbox can move its session's `mnt` (and what is mounted in it)
+/// anywhere in its session, or put a link to another session's `mnt`, or
+/// to `/`, in its place; a walk by path would then miss its own mounts and
+/// take others off. So each mount point listed there is opened beneath
+/// `sessions` with no symlink followed on the way, checked to be a mount's
+/// root, and taken off through `/proc/self/fd/N`; deepest first, again
+/// until none is left (mounts stack).
 pub fn detach_all(sessions: &Path, only: Option<&str>) {
-    let Ok(entries) = std::fs::read_dir(sessions) else {
+    let no_links = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+    let Ok(base) = open_dir(sessions) else {
         return;
     };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        if only.is_some_and(|o| name != o) || !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let mnt = e.path().join("mnt");
-        let Ok(mounts) = std::fs::read_dir(&mnt) else {
-            continue;
+    // The sessions dir as mountinfo names it.
+    let Ok(root) = real_path(&base) else {
+        return;
+    };
+    let within = only.map_or_else(|| root.clone(), |name| root.join(name));
+    for _ in 0..MAX_STACK {
+        let Ok(points) = boxdesk_platform::mountinfo::own_mount_points() else {
+            return;
         };
-        for m in mounts.flatten() {
-            let path = m.path();
-            for _ in 0..MAX_STACK {
-                if !is_mount_root(&path).unwrap_or(false) {
-                    break;
-                }
-                detach(&path);
+        let mut took = false;
+        // (a mount is listed after the one it sits on)
+        for point in points.iter().rev() {
+            if point == &root || !point.starts_with(&within) {
+                continue;
+            }
+            let Some(names) = normal_names(point.strip_prefix(&root).unwrap_or(point)) else {
+                continue;
+            };
+            let Ok(target) = walk(&base, &names, sessions, no_links, false) else {
+                continue;
+            };
+            if fd_is_mount_root(&target).unwrap_or(false) {
+                detach(&fd_path(&target));
+                took = true;
             }
         }
+        if !took {
+            return;
+        }
     }
+}
+
+/// A relative path's names, when it has only plain ones (UTF-8, no `.`
+/// or `..`).
+fn normal_names(rel: &Path) -> Option<Vec<String>> {
+    rel.components()
+        .map(|c| match c {
+            Component::Normal(n) => n.to_str().map(str::to_owned),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `/proc/self/fd/N` of `fd`: the very directory it holds, whatever
+/// happened to its path since.
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// The real path of the directory open as `fd`.

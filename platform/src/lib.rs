@@ -34,6 +34,7 @@
 pub mod beneath;
 pub mod dirs;
 pub mod limits;
+pub mod mountinfo;
 pub mod names;
 pub mod pathcode;
 pub mod probe;

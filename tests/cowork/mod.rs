@@ -562,6 +562,58 @@ fn session_dirs_are_measured_deleted_without_touching_mounted_folders_and_valida
 }
 
 #[test]
+fn a_session_whose_mnt_became_a_link_to_another_sessions_takes_only_its_own_mounts_off() {
+    let c = Cowork::start();
+    let mut p = c.boot("hop");
+    let mut ev = c.events("hop");
+    let folder = |n: &str| {
+        let d = c.env.home.join(n);
+        std::fs::create_dir_all(&d).unwrap();
+        (
+            d.clone(),
+            d.strip_prefix("/").unwrap().to_str().unwrap().to_owned(),
+        )
+    };
+    let (fa, ra) = folder("folder-a");
+    let (fb, rb) = folder("folder-b");
+    for (id, session, mount, rel) in [("a", "a", "fa", &ra), ("b", "b", "fb", &rb)] {
+        p.call(
+            "spawn",
+            json!({"id": id, "name": session, "command": "/bin/sh", "args": ["-c", "true"],
+                   "additionalMounts": {mount: {"path": rel, "mode": "rw"}}}),
+        );
+        assert_eq!(ev.exit_of(id)["exitCode"], 0, "{:?}", ev.seen);
+    }
+    // Session a swaps its own mnt for a link to b's (relative, so it leads
+    // there on the host too), then asks for its dirs to go.
+    p.sh(
+        "swap",
+        "a",
+        "mv /sessions/a/mnt /sessions/a/old && ln -s ../b/mnt /sessions/a/mnt && echo swapped",
+    );
+    ev.exit_of("swap");
+    assert_eq!(ev.text("stdout", "swap"), "swapped\n", "{:?}", ev.seen);
+    let r = p.call("deleteSessionDirs", json!({"names": ["a"]}));
+    // b's folder is still mounted: what b writes lands in the user's folder.
+    p.sh(
+        "write",
+        "b",
+        "echo kept > /sessions/b/mnt/fb/after && echo wrote",
+    );
+    ev.exit_of("write");
+    assert_eq!(ev.text("stdout", "write"), "wrote\n", "{:?}", ev.seen);
+    assert_eq!(
+        std::fs::read_to_string(fb.join("after")).unwrap_or_default(),
+        "kept\n",
+        "b's mount was taken off through a's link"
+    );
+    // And a went, its own mount (moved to a/old) found and taken off first,
+    // the user's folder untouched.
+    assert_eq!(r["result"]["deleted"], json!(["a"]), "{r}");
+    assert!(fa.is_dir());
+}
+
+#[test]
 fn tokens_reach_the_process_but_never_the_log() {
     let c = Cowork::start();
     let mut p = c.boot("tok");

@@ -116,29 +116,10 @@ impl Mounts {
     }
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for a space).
+/// A mountinfo field, its octal escapes undone (as text: cgroup paths
+/// are).
 fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|d| (b'0'..=b'7').contains(d))
-        {
-            let v = b[i + 1..i + 4]
-                .iter()
-                .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-            if let Ok(v) = u8::try_from(v) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&boxdesk_platform::mountinfo::unescape(s)).into_owned()
 }
 
 #[derive(Debug)]
