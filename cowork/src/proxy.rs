@@ -14,15 +14,23 @@
 //! It must never connect to a host or port the allowlist does not name, never connect to an
 //! address it did not check, never size a buffer from a client-supplied length, and never log
 //! header values or request paths (they may carry tokens).
+//!
+//! Nor may a sandbox spend the server's descriptors (two a tunnel): each sandbox's proxy holds
+//! at most [`Limits::per_sandbox`] connections and all of them together at most [`total_cap`],
+//! which keeps headroom for the app's own socket; a client past either gets `503` at once. A
+//! tunnel with nothing moving either way for [`Limits::idle`] is closed, and so is one whose
+//! one side closed [`Limits::half_closed`] ago while the other kept it open.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::io::{copy_bidirectional, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{lookup_host, TcpListener, TcpStream, UnixListener};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 use tracing::debug;
 
 pub use super::allowlist::Allowlist;
@@ -39,6 +47,49 @@ const TOO_LARGE: &str = "431 Request Header Fields Too Large";
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
 /// Hop-by-hop and proxy headers not forwarded in plain HTTP (`Host` is rewritten from the URL).
 const DROPPED: &str = "proxy-connection proxy-authorization connection keep-alive host";
+const BUSY: &str = "too many connections through the sandbox's proxy\n";
+
+/// How much a proxy holds, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections one sandbox's proxy serves at once.
+    pub per_sandbox: usize,
+    /// A tunnel with no byte moving either way this long is closed.
+    pub idle: Duration,
+    /// Once one side of a tunnel has closed, how long the other may keep it.
+    pub half_closed: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            per_sandbox: 256,
+            // Streamed API replies send a ping every few seconds; a quarter
+            // of an hour of silence is a connection nobody uses.
+            idle: Duration::from_secs(15 * 60),
+            half_closed: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Descriptors kept free of proxy connections: the app's socket, the
+/// sandboxes' agents and logs, the server's own files.
+const FD_HEADROOM: u64 = 512;
+
+/// Proxy connections all sandboxes of this server may hold together: half
+/// of what the open-file limit leaves past [`FD_HEADROOM`] (a tunnel holds
+/// two descriptors), at least 16, at most 4096.
+pub fn total_cap() -> usize {
+    let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    (soft.saturating_sub(FD_HEADROOM) / 2).clamp(16, 4096) as usize
+}
+
+/// The permits of [`total_cap`], shared by every proxy of this process.
+fn total() -> Arc<Semaphore> {
+    static TOTAL: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    Arc::clone(TOTAL.get_or_init(|| Arc::new(Semaphore::new(total_cap()))))
+}
 
 /// Status line and body a connection is answered with before it is closed.
 type Refusal = (&'static str, String);
@@ -155,20 +206,42 @@ impl Listener {
 /// connection is its own task; one bad client never affects another. Dropping the future also
 /// aborts the connections it is still serving.
 pub async fn serve(listener: Listener, allow: Arc<Allowlist>) {
-    serve_using(listener, allow, Resolver::System).await;
+    let limits = Limits::default();
+    serve_using(listener, allow, Resolver::System, limits, total()).await;
 }
 
-async fn serve_using(listener: Listener, allow: Arc<Allowlist>, resolver: Resolver) {
+async fn serve_using(
+    listener: Listener,
+    allow: Arc<Allowlist>,
+    resolver: Resolver,
+    limits: Limits,
+    total: Arc<Semaphore>,
+) {
     let mut conns = JoinSet::new();
+    let mine = Arc::new(Semaphore::new(limits.per_sandbox));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(client) => {
+                    let permits = Arc::clone(&mine)
+                        .try_acquire_owned()
+                        .and_then(|a| Ok((a, Arc::clone(&total).try_acquire_owned()?)));
+                    let Ok(permits) = permits else {
+                        debug!("sandbox proxy at its connection cap: 503");
+                        conns.spawn(async move {
+                            match client {
+                                Client::Tcp(s) => busy(s).await,
+                                Client::Unix(s) => busy(s).await,
+                            }
+                        });
+                        continue;
+                    };
                     let (allow, resolver) = (Arc::clone(&allow), resolver.clone());
                     conns.spawn(async move {
+                        let _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit) = permits;
                         match client {
-                            Client::Tcp(s) => handle(s, &allow, &resolver).await,
-                            Client::Unix(s) => handle(s, &allow, &resolver).await,
+                            Client::Tcp(s) => handle(s, &allow, &resolver, &limits).await,
+                            Client::Unix(s) => handle(s, &allow, &resolver, &limits).await,
                         }
                     });
                 }
@@ -203,12 +276,22 @@ pub async fn probe(url: &str, allow: Option<&Allowlist>) -> Result<Reachability,
     })
 }
 
+/// Tells a client past the cap so, at once, and closes.
+async fn busy<S: AsyncWrite + Unpin>(mut client: S) {
+    let msg = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{BUSY}",
+        BUSY.len()
+    );
+    let _ = timeout(Duration::from_millis(100), client.write_all(msg.as_bytes())).await;
+}
+
 async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
     mut client: S,
     allow: &Allowlist,
     resolver: &Resolver,
+    limits: &Limits,
 ) {
-    if let Err((status, body)) = proxy_one(&mut client, allow, resolver).await {
+    if let Err((status, body)) = proxy_one(&mut client, allow, resolver, limits).await {
         reply(client, status, &body).await;
     }
 }
@@ -218,6 +301,7 @@ async fn proxy_one<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut S,
     allow: &Allowlist,
     resolver: &Resolver,
+    limits: &Limits,
 ) -> Result<(), Refusal> {
     let refuse = |status, body: &str| Err((status, body.to_owned()));
     let (buf, end) = match timeout(HEAD_TIMEOUT, read_head(client)).await {
@@ -272,12 +356,77 @@ async fn proxy_one<S: AsyncRead + AsyncWrite + Unpin>(
             client.write_all(ESTABLISHED).await?;
             upstream.write_all(rest).await?;
         }
-        copy_bidirectional(client, &mut upstream).await
+        relay(client, &mut upstream, limits).await
     };
     if let Err(e) = relayed.await {
         debug!(host = %shown, error = %e, "sandbox proxy relay ended with error");
     }
     Ok(())
+}
+
+/// Copies both ways until both sides have closed, or one closed
+/// `limits.half_closed` ago while the other kept going, or nothing moved
+/// either way for `limits.idle`. A side's end is passed on as a shutdown of
+/// the other's writing half.
+async fn relay<A, B>(a: &mut A, b: &mut B, limits: &Limits) -> std::io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let start = Instant::now();
+    // When a byte last moved, in milliseconds from `start`.
+    let moved = AtomicU64::new(0);
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let up = pump(&mut ar, &mut bw, &moved, start);
+    let down = pump(&mut br, &mut aw, &moved, start);
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done, mut one_closed) = (false, false, None);
+    loop {
+        let last = start + Duration::from_millis(moved.load(Ordering::Relaxed));
+        let mut deadline = last + limits.idle;
+        if let Some(at) = one_closed {
+            deadline = deadline.min(at + limits.half_closed);
+        }
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::select! {
+            r = &mut up, if !up_done => {
+                r?;
+                up_done = true;
+                one_closed.get_or_insert_with(Instant::now);
+            }
+            r = &mut down, if !down_done => {
+                r?;
+                down_done = true;
+                one_closed.get_or_insert_with(Instant::now);
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+        if up_done && down_done {
+            return Ok(());
+        }
+    }
+}
+
+/// Copies `r` to `w` until `r` ends, then shuts `w`'s writing down;
+/// records each move in `moved` (milliseconds from `start`).
+async fn pump<R, W>(r: &mut R, w: &mut W, moved: &AtomicU64, start: Instant) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return w.shutdown().await;
+        }
+        w.write_all(&buf[..n]).await?;
+        let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        moved.store(ms, Ordering::Relaxed);
+    }
 }
 
 /// Reads through the blank line, keeping at most `MAX_HEAD` plus one read. Returns the buffer
@@ -515,8 +664,176 @@ mod tests {
             Listener::Tcp(listener),
             Arc::new(allow),
             resolver,
+            Limits::default(),
+            Arc::new(Semaphore::new(1024)),
         ));
         TcpStream::connect(("127.0.0.1", port)).await
+    }
+
+    /// A proxy allowing `127.0.0.1:port` with `limits` and `total` permits,
+    /// on its own port.
+    async fn limited(port: u16, limits: Limits, total: usize) -> std::io::Result<u16> {
+        let (listener, proxy_port) = local_listener().await?;
+        let allow =
+            Allowlist::new(&[format!("127.0.0.1:{port}")]).map_err(std::io::Error::other)?;
+        tokio::spawn(serve_using(
+            Listener::Tcp(listener),
+            Arc::new(allow),
+            Resolver::System,
+            limits,
+            Arc::new(Semaphore::new(total)),
+        ));
+        Ok(proxy_port)
+    }
+
+    /// A tunnel through the proxy at `proxy` to `127.0.0.1:port`,
+    /// established.
+    async fn tunnel(proxy: u16, port: u16) -> R<TcpStream> {
+        let mut c = TcpStream::connect(("127.0.0.1", proxy)).await?;
+        c.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .await?;
+        let head = read_head_text(&mut c).await?;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        Ok(c)
+    }
+
+    /// A server that accepts and holds every connection, never writing or
+    /// closing; each accepted stream goes to the returned channel.
+    async fn holder() -> R<(u16, tokio::sync::mpsc::UnboundedReceiver<TcpStream>)> {
+        let (l, port) = local_listener().await?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                if tx.send(s).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok((port, rx))
+    }
+
+    #[tokio::test]
+    async fn past_its_cap_a_sandboxs_proxy_answers_503_at_once_and_serves_again_when_one_ends() -> R
+    {
+        let (port, _held) = holder().await?;
+        // (a client's end holds its slot until the upstream ends too, or
+        // for the half-close limit)
+        let limits = Limits {
+            per_sandbox: 2,
+            half_closed: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let proxy = limited(port, limits, 100).await?;
+        let first = tunnel(proxy, port).await?;
+        let _second = tunnel(proxy, port).await?;
+        let mut third = TcpStream::connect(("127.0.0.1", proxy)).await?;
+        let mut resp = String::new();
+        timeout(SECS_5, third.read_to_string(&mut resp)).await??;
+        assert!(
+            resp.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{resp}"
+        );
+        assert!(resp.ends_with("too many connections through the sandbox's proxy\n"));
+        drop(first);
+        // The permit comes back once the proxy has seen the end.
+        let deadline = Instant::now() + SECS_5;
+        loop {
+            let mut c = TcpStream::connect(("127.0.0.1", proxy)).await?;
+            c.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .await?;
+            if read_head_text(&mut c).await?.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no room came back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_servers_total_cap_holds_across_sandboxes() -> R {
+        let (port, _held) = holder().await?;
+        let total = Arc::new(Semaphore::new(1));
+        let mut proxies = Vec::new();
+        for _ in 0..2 {
+            let (listener, p) = local_listener().await?;
+            let allow = Allowlist::new(&[format!("127.0.0.1:{port}")])?;
+            tokio::spawn(serve_using(
+                Listener::Tcp(listener),
+                Arc::new(allow),
+                Resolver::System,
+                Limits::default(),
+                Arc::clone(&total),
+            ));
+            proxies.push(p);
+        }
+        let _one = tunnel(proxies[0], port).await?;
+        let mut other = TcpStream::connect(("127.0.0.1", proxies[1])).await?;
+        let mut resp = String::new();
+        timeout(SECS_5, other.read_to_string(&mut resp)).await??;
+        assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+        Ok(())
+    }
+
+    #[test]
+    fn the_total_cap_keeps_headroom_under_the_open_file_limit() {
+        let cap = total_cap() as u64;
+        let (soft, _) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+        assert!((16..=4096).contains(&cap), "{cap}");
+        assert!(
+            cap == 16 || 2 * cap + FD_HEADROOM <= soft,
+            "{cap} of {soft}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_with_nothing_moving_past_the_idle_limit_is_closed() -> R {
+        let (port, mut held) = holder().await?;
+        let limits = Limits {
+            idle: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let proxy = limited(port, limits, 100).await?;
+        let mut c = tunnel(proxy, port).await?;
+        let mut upstream = held.recv().await.ok_or("no upstream")?;
+        // Bytes moving keep it open past the limit...
+        for _ in 0..4 {
+            c.write_all(b"x").await?;
+            let mut one = [0u8; 1];
+            timeout(SECS_5, upstream.read_exact(&mut one)).await??;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        // ...silence closes both sides.
+        let mut rest = Vec::new();
+        timeout(SECS_5, c.read_to_end(&mut rest)).await??;
+        assert!(rest.is_empty());
+        let n = timeout(SECS_5, upstream.read(&mut [0u8; 1])).await??;
+        assert_eq!(n, 0, "upstream still connected");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_whose_client_closed_is_gone_after_the_half_close_limit_though_upstream_stays(
+    ) -> R {
+        let (port, mut held) = holder().await?;
+        let limits = Limits {
+            half_closed: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let proxy = limited(port, limits, 100).await?;
+        let mut c = tunnel(proxy, port).await?;
+        let mut upstream = held.recv().await.ok_or("no upstream")?;
+        c.shutdown().await?;
+        // The end is passed on...
+        let n = timeout(SECS_5, upstream.read(&mut [0u8; 1])).await??;
+        assert_eq!(n, 0);
+        // ...and the upstream, which never closes, does not keep the tunnel:
+        // the client sees its end, though nothing was idle long.
+        let mut rest = Vec::new();
+        timeout(SECS_5, c.read_to_end(&mut rest)).await??;
+        assert!(rest.is_empty());
+        Ok(())
     }
 
     /// A resolver answering only for `name`, with `ips` in this order.
