@@ -144,6 +144,11 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         .ok_or(CoworkError::NoHome)?;
     let data_root = dirs::data_dir()?.join("cowork");
     let runtime_root = dirs::runtime_dir()?.join("cowork");
+    // Each as the folder checks will see it: through any link on its way.
+    let own_roots = [dirs::runtime_dir()?, dirs::state_dir()?, dirs::data_dir()?]
+        .into_iter()
+        .map(|d| std::fs::canonicalize(&d).unwrap_or(d))
+        .collect();
     let listener = bind(&opts.socket)?;
     let bound = std::fs::symlink_metadata(&opts.socket)
         .map(|m| (m.dev(), m.ino()))
@@ -171,6 +176,7 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         home,
         data_root,
         runtime_root,
+        own_roots,
         Box::new(move |on| debug(on)),
         Backend {
             starter: opts.starter.clone(),

@@ -37,6 +37,7 @@ pub struct Server {
     home: PathBuf,
     data_root: PathBuf,
     runtime_root: PathBuf,
+    own_roots: Vec<PathBuf>,
     profiles: Mutex<HashMap<ProfileKey, Arc<Profile>>>,
     last: Mutex<Option<ProfileKey>>,
     debug: DebugSwitch,
@@ -47,13 +48,16 @@ pub struct Server {
 impl Server {
     /// A server for user `uid` with home `home`, keeping profiles' data
     /// under `data_root` and their sockets and staged mounts under
-    /// `runtime_root`, starting sandboxes on `backend`, copying its log
-    /// where `log_copy` is told to.
+    /// `runtime_root`, never mounting a folder that holds or lies in one of
+    /// `own_roots` (boxdesk's runtime, state and data dirs), starting
+    /// sandboxes on `backend`, copying its log where `log_copy` is told to.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         uid: u32,
         home: PathBuf,
         data_root: PathBuf,
         runtime_root: PathBuf,
+        own_roots: Vec<PathBuf>,
         debug: DebugSwitch,
         backend: crate::Backend,
         log_copy: LogCopy,
@@ -63,6 +67,7 @@ impl Server {
             home,
             data_root,
             runtime_root,
+            own_roots,
             profiles: Mutex::default(),
             last: Mutex::default(),
             debug,
@@ -98,6 +103,11 @@ impl Server {
     /// Where profiles keep sockets and staged mounts.
     pub fn runtime_root(&self) -> &Path {
         &self.runtime_root
+    }
+
+    /// boxdesk's own dirs, none of which a folder mount may hold or lie in.
+    pub fn own_roots(&self) -> &[PathBuf] {
+        &self.own_roots
     }
 
     /// Turns debug logging on or off.

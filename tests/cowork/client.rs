@@ -35,11 +35,21 @@ impl Cowork {
     /// [`Cowork::start`] with `XDG_DATA_HOME` at `data(env)` (default: a
     /// dir beside `HOME`).
     pub fn start_with_data(data: Option<fn(&TestEnv) -> PathBuf>) -> Cowork {
+        Self::start_with_dirs(data, None)
+    }
+
+    /// [`Cowork::start_with_data`], and `$XDG_STATE_HOME` where `state`
+    /// says (the test env's own when `None`).
+    pub fn start_with_dirs(
+        data: Option<fn(&TestEnv) -> PathBuf>,
+        state: Option<fn(&TestEnv) -> PathBuf>,
+    ) -> Cowork {
         let env = TestEnv::new();
         let sock = env.xdg_runtime.join("cw.sock");
         let log = env.root().join("cowork.log");
         let data = data.map_or_else(|| env.root().join("data"), |f| f(&env));
-        let child = spawn_server_with(&env, &sock, &log, &data);
+        let state = state.map_or_else(|| env.xdg_state.clone(), |f| f(&env));
+        let child = spawn_server_in(&env, &sock, &log, &data, &state);
         let deadline = Instant::now() + WAIT;
         while UnixStream::connect(&sock).is_err() {
             assert!(
@@ -136,12 +146,23 @@ pub fn spawn_server_with(
     log: &Path,
     data: &Path,
 ) -> std::process::Child {
+    spawn_server_in(env, sock, log, data, &env.xdg_state)
+}
+
+/// [`spawn_server_with`] with `$XDG_STATE_HOME` at `state`.
+pub fn spawn_server_in(
+    env: &TestEnv,
+    sock: &Path,
+    log: &Path,
+    data: &Path,
+    state: &Path,
+) -> std::process::Child {
     let logf = std::fs::File::create(log).unwrap();
     Command::new(bin())
         .args(["cowork", "-socket"])
         .arg(sock)
         .env("XDG_RUNTIME_DIR", &env.xdg_runtime)
-        .env("XDG_STATE_HOME", &env.xdg_state)
+        .env("XDG_STATE_HOME", state)
         .env("XDG_DATA_HOME", data)
         .env("HOME", &env.home)
         .env_remove("BOXDESK_BACKEND")

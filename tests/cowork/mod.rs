@@ -1166,6 +1166,38 @@ fn a_folder_holding_boxdesks_own_data_is_refused_as_a_mount() {
 }
 
 #[test]
+fn a_folder_holding_or_inside_boxdesks_state_dir_and_its_agent_sockets_is_refused_as_a_mount() {
+    // As on a real desktop: the state dir is ~/.local/state, where each
+    // sandbox's agent.sock lives.
+    let c = Cowork::start_with_dirs(None, Some(|env| env.home.join(".local/state")));
+    let mut p = c.boot("st");
+    let mut ev = c.events("st");
+    let state = c.env.home.join(".local/state/boxdesk");
+    assert!(state.is_dir(), "no state dir at {}", state.display());
+    let other = c.env.home.join(".local/other");
+    std::fs::create_dir_all(&other).unwrap();
+    let rel = |p: &std::path::Path| p.strip_prefix("/").unwrap().to_str().unwrap().to_owned();
+    let r = p.call(
+        "spawn",
+        json!({"id": "o", "name": "s", "command": "ls", "args": ["/sessions/s/mnt"],
+               "additionalMounts": {
+                   "local": {"path": rel(&c.env.home.join(".local")), "mode": "rw"},
+                   "state": {"path": rel(&state), "mode": "ro"},
+                   "other": {"path": rel(&other), "mode": "rw"}}}),
+    );
+    let mut failed: Vec<String> = r["result"]["failedMounts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    failed.sort();
+    assert_eq!(failed, ["local", "state"], "{r}");
+    assert_eq!(ev.exit_of("o")["exitCode"], 0);
+    assert_eq!(ev.text("stdout", "o"), "other\n", "{:?}", ev.seen);
+}
+
+#[test]
 fn kill_reaches_a_process_buried_under_stdin_it_never_reads() {
     let c = Cowork::start();
     let mut p = c.boot("buried");

@@ -40,10 +40,12 @@ pub(super) fn check_name(what: &'static str, name: &str) -> Result<(), MethodErr
 }
 
 /// Attaches host folder `subpath` (relative to `/`, under home) at
-/// `/sessions/<name>/mnt/<mount>`. A folder holding boxdesk's own runtime
-/// dir (agent sockets, staged mounts) or inside its data is refused: its
-/// sockets would let a sandbox reach another, and its mounts would repeat
-/// themselves in every copy.
+/// `/sessions/<name>/mnt/<mount>`. A folder holding or inside one of
+/// boxdesk's own dirs is refused: the runtime dir (control and agent
+/// sockets, staged mounts) and the state dir (each sandbox's `agent.sock`)
+/// would let a sandbox drive another, the data dir holds other profiles'
+/// sessions and tokens, and staged mounts would repeat themselves in every
+/// copy.
 pub(super) fn attach(
     server: &Server,
     p: &Profile,
@@ -59,7 +61,7 @@ pub(super) fn attach(
         subpath: subpath.to_owned(),
         reason,
     })?;
-    for own in [server.runtime_root(), server.data_root()] {
+    for own in server.own_roots() {
         if own.starts_with(&real) || real.starts_with(own) {
             return Err(MethodError::OwnDirectory {
                 path: real,
