@@ -167,10 +167,13 @@ pub fn run(config: Config) -> Result<(), AgentError> {
     let root = Beneath::open(&config.root).map_err(AgentError::Root)?;
     let registry = Registry::new();
     registry.start_reaper()?;
-    let listener = match inherited {
+    let mut listener = match inherited {
         Some(listener) => listener,
         None => Listener::bind(&config.listen)?,
     };
+    if let Some(uid) = config.peer_uid {
+        listener.only_peer(uid);
+    }
     let (stop_rx, stop_tx) = fdio::pipe().map_err(AgentError::StopPipe)?;
     let agent = Arc::new(Agent {
         root,

@@ -17,7 +17,7 @@ use boxdesk_channel::AGENT_PORT;
 /// The usage line printed with every argument error and for `--help`.
 pub const USAGE: &str = "usage: boxdesk-guest-agent \
                          [--listen vsock:PORT | --listen unix:PATH | --listen fd:N] \
-                         [--root DIR] [--results DIR] [--pids-max N]";
+                         [--root DIR] [--results DIR] [--pids-max N] [--peer-uid UID]";
 
 /// Where the agent listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +98,9 @@ pub struct Config {
     /// `RLIMIT_NPROC` (soft and hard) set at start, if given: see
     /// `limits::limit_tasks` for what it counts.
     pub pids_max: Option<u64>,
+    /// The host uid that runs the sandbox, if given: a Unix peer of any
+    /// other is refused (`listen::Listener::only_peer`).
+    pub peer_uid: Option<u32>,
 }
 
 /// Why the arguments were refused.
@@ -130,6 +133,7 @@ fn parse_args_as(
     let mut root = None;
     let mut results = None;
     let mut pids_max = None;
+    let mut peer_uid = None;
     while let Some(arg) = args.next() {
         let bytes = arg.as_bytes();
         if bytes == b"--help" || bytes == b"-h" {
@@ -148,6 +152,7 @@ fn parse_args_as(
             "--root" => &mut root,
             "--results" => &mut results,
             "--pids-max" => &mut pids_max,
+            "--peer-uid" => &mut peer_uid,
             _ => return Err(usage(format!("unknown argument {name}"))),
         };
         let value = match inline.or_else(|| args.next()) {
@@ -181,11 +186,25 @@ fn parse_args_as(
                 })?,
         ),
     };
+    let peer_uid = match peer_uid {
+        None => None,
+        Some(n) => Some(
+            n.to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--peer-uid takes a uid, not {}",
+                        n.to_string_lossy()
+                    ))
+                })?,
+        ),
+    };
     Ok(Config {
         listen,
         root: root.map_or_else(|| PathBuf::from("/"), PathBuf::from),
         results: results.map_or_else(|| PathBuf::from("/results"), PathBuf::from),
         pids_max,
+        peer_uid,
     })
 }
 
@@ -212,6 +231,17 @@ mod tests {
         assert_eq!(c.listen, Listen::Fd(3));
         assert_eq!(c.listen.to_string(), "fd:3");
         assert_eq!(c.pids_max, Some(4096));
+        assert_eq!(c.peer_uid, None, "every peer unless asked");
+    }
+
+    #[test]
+    fn a_peer_uid_is_a_uid_and_nothing_else() {
+        let c = parse(&["--listen", "fd:3", "--peer-uid", "1000"], false).unwrap();
+        assert_eq!(c.peer_uid, Some(1000));
+        for bad in ["-1", "x", "4294967296"] {
+            let e = parse(&["--listen", "fd:3", "--peer-uid", bad], false).unwrap_err();
+            assert!(e.to_string().contains("--peer-uid takes a uid"), "{e}");
+        }
     }
 
     #[test]

@@ -171,6 +171,7 @@ pub struct Gate<'a> {
     full: Warn,
     silent: Warn,
     failed: Warn,
+    foreign: Warn,
 }
 
 impl<'a> Gate<'a> {
@@ -187,6 +188,7 @@ impl<'a> Gate<'a> {
             full: Warn::default(),
             silent: Warn::default(),
             failed: Warn::default(),
+            foreign: Warn::default(),
         }
     }
 
@@ -279,6 +281,14 @@ impl<'a> Gate<'a> {
                     return;
                 }
             };
+            if let Err(uid) = self.listener.check_peer(&fd) {
+                // Closed unanswered: not even the handshake goes to a peer
+                // that is not the sandbox's owner.
+                self.foreign.hit(now, 1, |n| {
+                    format!("refused {n} connection(s) from uid {uid}: only the sandbox's owner may connect")
+                });
+                continue;
+            }
             if self.open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
                 self.full.hit(now, 1, |n| {
                     format!(

@@ -7,7 +7,10 @@
 //! an inherited descriptor, and accepting with close-on-exec. The
 //! listening socket is non-blocking, so an accept after `poll(2)` never
 //! waits (a shared inherited socket may lose a connection to another
-//! holder). It must never remove a path that is not a socket or that a
+//! holder). Where the host says who it is (`--peer-uid`), a Unix peer of
+//! any other uid is refused: the socket file sits in the host user's state
+//! dir, which root (or a process holding a descriptor of it) can reach past
+//! its 0700. It must never remove a path that is not a socket or that a
 //! live agent serves, and never take over a descriptor that is not a
 //! listening Unix stream socket.
 
@@ -59,6 +62,9 @@ pub enum ListenError {
 /// A listening socket.
 pub struct Listener {
     fd: OwnedFd,
+    /// The one uid (as this process's user namespace sees it) a peer may
+    /// have, when one is set.
+    peer: Option<u32>,
 }
 
 impl Listener {
@@ -86,7 +92,10 @@ impl Listener {
                 }
                 let l = UnixListener::bind(path).map_err(err)?;
                 l.set_nonblocking(true).map_err(err)?;
-                Ok(Listener { fd: l.into() })
+                Ok(Listener {
+                    fd: l.into(),
+                    peer: None,
+                })
             }
             Listen::Fd(fd) => adopt(*fd),
             Listen::Vsock(port) => {
@@ -101,7 +110,7 @@ impl Listener {
                 bind(fd.as_raw_fd(), &addr).map_err(|e| err(e.into()))?;
                 let backlog = Backlog::new(128).unwrap_or(Backlog::MAXCONN);
                 listen_on(&fd, backlog).map_err(|e| err(e.into()))?;
-                Ok(Listener { fd })
+                Ok(Listener { fd, peer: None })
             }
         }
     }
@@ -191,12 +200,102 @@ pub fn adopt(fd: i32) -> Result<Listener, ListenError> {
     )
     .map_err(setup)?;
     crate::fdio::set_nonblocking(owned.as_fd(), true).map_err(|e| refuse(e.to_string()))?;
-    Ok(Listener { fd: owned })
+    Ok(Listener {
+        fd: owned,
+        peer: None,
+    })
+}
+
+impl Listener {
+    /// From now on only peers of host uid `outside` are served: the host's
+    /// user that runs the sandbox, seen here through this process's
+    /// `uid_map` (or as the kernel's overflow uid, where it has no id here).
+    pub fn only_peer(&mut self, outside: u32) {
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        let overflow = std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(65534);
+        self.peer = Some(uid_inside(outside, &map, overflow));
+    }
+
+    /// `Err(uid)` when `conn`'s peer may not be served: its uid is not the
+    /// one [`Listener::only_peer`] set (`u32::MAX` when its credentials
+    /// cannot be read, or it is no Unix peer).
+    pub fn check_peer(&self, conn: &OwnedFd) -> Result<(), u32> {
+        let Some(want) = self.peer else {
+            return Ok(());
+        };
+        match nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials) {
+            Ok(cred) if cred.uid() == want => Ok(()),
+            Ok(cred) => Err(cred.uid()),
+            Err(_) => Err(u32::MAX),
+        }
+    }
+}
+
+/// The id `outside` (of the parent user namespace) has in a namespace whose
+/// `uid_map` is `map`; `overflow` where the map does not hold it.
+fn uid_inside(outside: u32, map: &str, overflow: u32) -> u32 {
+    for line in map.lines() {
+        let mut n = line.split_whitespace().map(str::parse::<u64>);
+        let (Some(Ok(inside)), Some(Ok(start)), Some(Ok(count))) = (n.next(), n.next(), n.next())
+        else {
+            continue;
+        };
+        let outside = u64::from(outside);
+        if outside >= start && outside - start < count {
+            return u32::try_from(inside + (outside - start)).unwrap_or(overflow);
+        }
+    }
+    overflow
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_uid_is_seen_through_the_uid_map_or_as_the_overflow_uid() {
+        // A user's sandbox: the user is root inside.
+        assert_eq!(
+            uid_inside(1000, "         0       1000          1\n", 65534),
+            0
+        );
+        // Root elsewhere has no id there.
+        assert_eq!(
+            uid_inside(0, "         0       1000          1\n", 65534),
+            65534
+        );
+        // Root's sandbox maps a subordinate range; root itself is outside it.
+        let sub = "         0 1879048192      65536\n";
+        assert_eq!(uid_inside(0, sub, 65534), 65534);
+        assert_eq!(uid_inside(1879048192 + 5, sub, 65534), 5);
+        // The initial namespace maps everything to itself.
+        assert_eq!(
+            uid_inside(1000, "         0          0 4294967295\n", 65534),
+            1000
+        );
+        assert_eq!(uid_inside(7, "garbage\n", 65534), 65534);
+    }
+
+    #[test]
+    fn a_peer_of_the_set_uid_is_served_and_one_of_another_is_refused_with_its_uid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let mut l = Listener::bind(&Listen::Unix(path.clone())).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let _c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let conn = l.accept().unwrap();
+        assert_eq!(l.check_peer(&conn), Ok(()));
+        // The initial namespace's map is the identity: a peer of this uid
+        // is served once only this uid may connect...
+        l.peer = Some(uid_inside(me, "0 0 4294967295", 65534));
+        assert_eq!(l.check_peer(&conn), Ok(()));
+        // ...and refused, with its uid said, when another is the owner.
+        l.peer = Some(me.wrapping_add(1));
+        assert_eq!(l.check_peer(&conn), Err(me));
+    }
 
     #[test]
     fn a_stale_socket_file_is_replaced_a_live_one_refused_and_a_regular_file_left_alone() {

@@ -385,3 +385,56 @@ fn info_shows_the_limits_that_hold_and_a_memory_hog_is_stopped_where_they_do() {
     );
     drop(sb2);
 }
+
+#[test]
+fn the_agent_greets_its_sandboxs_owner_and_closes_on_any_other_uid_unanswered() {
+    use std::os::unix::fs::PermissionsExt;
+    if support::skip_unless_root("connecting as another uid needs root") {
+        return;
+    }
+    let env = TestEnv::new();
+    let _sb = env.start("peer", &[]);
+    // Root's sandbox maps one subordinate id onto its root: a host process
+    // of that id is root inside, but not the sandbox's owner.
+    let map = env.info("peer")["uid_map"].clone();
+    let mapped: u32 = map
+        .split(':')
+        .nth(1)
+        .and_then(|u| u.parse().ok())
+        .expect(&map);
+    let sock = env.state_of("peer").join("agent.sock");
+    // Let any uid reach the socket file: what must refuse them is the agent.
+    for dir in [
+        env.root().to_owned(),
+        env.xdg_state.clone(),
+        env.xdg_state.join("boxdesk"),
+        env.state_of("peer"),
+    ] {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o666)).unwrap();
+    // The first four bytes the agent sends a peer that connects as `uid`.
+    let first = |uid: Option<u32>| -> String {
+        let script = "import socket, sys\n\
+                      s = socket.socket(socket.AF_UNIX)\n\
+                      s.settimeout(10)\n\
+                      s.connect(sys.argv[1])\n\
+                      print(repr(s.recv(4)))\n";
+        let mut c = std::process::Command::new("python3");
+        c.args(["-c", script]).arg(&sock);
+        if let Some(uid) = uid {
+            c.uid(uid).gid(uid);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(first(None), "b'AGCH'", "the owner is greeted");
+    assert_eq!(first(Some(mapped)), "b''", "uid {mapped} was served");
+    // (the refused peer is root inside: the one id the map gives it)
+    let log = env.log_tail("peer", 8192);
+    assert!(
+        log.contains("connection(s) from uid 0: only the sandbox's owner may connect"),
+        "{log}"
+    );
+}

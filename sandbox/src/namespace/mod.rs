@@ -407,6 +407,9 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     };
     push(&[&"--", &exe, &"__agent"]);
     push(&[&"--listen", &format!("fd:{LISTEN_FD}")]);
+    // Only this user's connections are served: the socket file is in this
+    // user's state dir, which root could still reach.
+    push(&[&"--peer-uid", &nix::unistd::geteuid().as_raw().to_string()]);
     push(&[&"--root", &"/", &"--results", &"/results"]);
     push(&[&"--pids-max", &spec.pids_max.to_string()]);
     a
