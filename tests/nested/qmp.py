@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Sends human-monitor commands to a running qemu over its QMP socket.
 
-    qmp.py SOCKET [--timeout S] CMD...
+    qmp.py SOCKET [--timeout S] [--every S] CMD...
 
 Each CMD is one HMP command line ("info registers -a", "sendkey alt-sysrq-t",
 "nmi"); its reply is printed under a "(qemu) CMD" header. A qemu that does not
 answer within the timeout (its main loop stuck) is said so and the rest are
 skipped: this runs when an L1 has frozen, and must never hang itself.
+With --every, the commands are sent again every S seconds, quietly, until
+qemu goes away (waiting up to a minute for its socket to appear first).
 Exit status: 0 when every command was answered, 1 otherwise.
 """
 
@@ -19,8 +21,12 @@ import time
 def main() -> int:
     args = sys.argv[1:]
     timeout = 5.0
-    if len(args) >= 2 and args[1] == "--timeout":
-        timeout = float(args[2])
+    every = None
+    while len(args) >= 3 and args[1] in ("--timeout", "--every"):
+        if args[1] == "--timeout":
+            timeout = float(args[2])
+        else:
+            every = float(args[2])
         del args[1:3]
     if not args:
         print(__doc__, file=sys.stderr)
@@ -51,13 +57,31 @@ def main() -> int:
         s.sendall(json.dumps(obj).encode() + b"\n")
         return reply()
 
+    if every is not None:
+        # (qemu creates its socket as it starts)
+        for _ in range(600):
+            try:
+                s.connect(path)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            return 1
     try:
-        s.connect(path)
+        if every is None:
+            s.connect(path)
         reply()  # the greeting
         send({"execute": "qmp_capabilities"})
     except (OSError, ValueError, TimeoutError, ConnectionError) as e:
         print(f"(qemu) monitor at {path} did not answer: {e!r}")
         return 1
+    while every is not None:
+        try:
+            for cmd in commands:
+                send({"execute": "human-monitor-command", "arguments": {"command-line": cmd}})
+        except (OSError, ValueError, TimeoutError, ConnectionError):
+            return 0  # qemu is gone (or stuck: the freeze report's business)
+        time.sleep(every)
     for cmd in commands:
         print(f"(qemu) {cmd}")
         try:

@@ -26,6 +26,11 @@
 #                      $BOXDESK_NESTED_STALL): the freeze is examined (see
 #                      below), qemu is killed, the exit is 125 and stderr says
 #                      "stopped responding"
+#   --kick SECS        press Shift on L1's keyboard every SECS seconds (default
+#                      2, or $BOXDESK_NESTED_KICK; 0: never): qemu's TCG now
+#                      and then leaves a halted x86 vCPU asleep with its timer
+#                      interrupt pending, and any interrupt wakes it
+#                      (docs/NESTED-FREEZE.md)
 #   --mem MIB          L1 memory (default 2048)
 #   --smp N            L1 vCPUs (default 1; a benchmark may ask for the
 #                      host's cores, so a VMM's threads and its vCPU run
@@ -67,7 +72,7 @@ case "$arch" in
 esac
 prog="nested[$arch]"
 
-files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=${BOXDESK_NESTED_STALL:-300} mem=2048 smp=1
+files=() modprobe=() envs=() hostroot=0 cwd=/ deadline=600 boot_timeout=300 stall=${BOXDESK_NESTED_STALL:-300} kick=${BOXDESK_NESTED_KICK:-2} mem=2048 smp=1
 out='' quiet=0 check=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -79,6 +84,7 @@ while [ $# -gt 0 ]; do
     --timeout) deadline=$2; shift 2 ;;
     --boot-timeout) boot_timeout=$2; shift 2 ;;
     --stall) stall=$2; shift 2 ;;
+    --kick) kick=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --smp) smp=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -92,6 +98,8 @@ done
 for n in "$deadline" "$boot_timeout" "$stall" "$mem"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || fail "'$n' is not a positive whole number"
 done
+[[ "$kick" =~ ^[0-9]+$ ]] || fail "--kick '$kick' is not a whole number of seconds"
+
 
 # --- prerequisites ----------------------------------------------------------
 not_set_up() { fail "nested harness not set up (run tests/nested/setup.sh): $*"; }
@@ -100,16 +108,6 @@ command -v cpio >/dev/null || not_set_up "no cpio"
 [ -f "$env_file" ] || not_set_up "no $env_file"
 # shellcheck disable=SC1090
 . "$env_file"
-# The qemu setup.sh chose (docs/NESTED-FREEZE.md: bookworm's own freezes L1
-# now and then), unless BOXDESK_NESTED_QEMU=system.
-qemu_data=()
-if [ -n "${NESTED_QEMU_PREFIX:-}" ] && [ "${BOXDESK_NESTED_QEMU:-}" != system ]; then
-  qemu=$NESTED_QEMU_PREFIX/usr/bin/$qemu
-  [ -x "$qemu" ] || not_set_up "no $qemu"
-  export QEMU_MODULE_DIR
-  QEMU_MODULE_DIR=$(find "$NESTED_QEMU_PREFIX/usr/lib" -maxdepth 2 -type d -name qemu | head -n 1)
-  qemu_data=(-L "$NESTED_QEMU_PREFIX/usr/share/qemu")
-fi
 command -v "$qemu" >/dev/null || not_set_up "no $qemu"
 qemu_version=$("$qemu" --version | head -n 1)
 kernel=${NESTED_KERNEL:-}
@@ -136,11 +134,12 @@ if [ -n "$out" ]; then
 else
   out=$(mktemp -d "${TMPDIR:-/tmp}/boxdesk-nested.XXXXXX")
 fi
-qpid='' streamer=''
+qpid='' streamer='' kicker=''
 # shellcheck disable=SC2317 # (run by the EXIT trap)
 cleanup() {
   if [ -n "$qpid" ]; then kill -KILL "$qpid" 2>/dev/null || true; fi
   if [ -n "$streamer" ]; then kill "$streamer" 2>/dev/null || true; fi
+  if [ -n "$kicker" ]; then kill "$kicker" 2>/dev/null || true; fi
   rm -rf "$work"
   [ "$keep_out" = 1 ] || rm -rf "$out"
 }
@@ -233,7 +232,7 @@ cp "$base" "$initrd"
 (cd "$stage" && find -L . | LC_ALL=C sort | cpio -o -H newc -L -R 0:0 --quiet) >>"$initrd"
 
 # --- boot ------------------------------------------------------------------
-qemu_args=("${qemu_data[@]+"${qemu_data[@]}"}" "${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
+qemu_args=("${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
   -no-reboot "${ports[@]}" -qmp "unix:$work/qmp.sock,server=on,wait=off"
   -kernel "$kernel" -initrd "$initrd" -append "$append")
 if [ "$hostroot" = 1 ]; then
@@ -251,6 +250,15 @@ start=${EPOCHREALTIME/./}
 # If this script is killed outright, qemu goes with it.
 setpriv --pdeathsig KILL -- "$qemu" "${qemu_args[@]}" >"$out/qemu.stderr" 2>&1 </dev/null &
 qpid=$!
+
+# The wake-up kick: a key press every few seconds. qemu's TCG (7.2 and
+# 10.0 alike) now and then leaves L1's halted vCPU asleep with its LAPIC
+# timer interrupt pending; any other interrupt wakes it, and the timer's
+# is taken then (docs/NESTED-FREEZE.md). Shift alone types nothing.
+if [ "$kick" != 0 ]; then
+  python3 "$here/qmp.py" "$work/qmp.sock" --every "$kick" "sendkey shift" >/dev/null 2>&1 &
+  kicker=$!
+fi
 
 start_marker="@@boxdesk-nested:$nonce:start@@"
 end_marker="@@boxdesk-nested:$nonce:end "
@@ -372,6 +380,11 @@ done
 # (braces: bash would report a qemu we killed as "Killed" on stderr)
 { wait "$qpid"; } 2>/dev/null && qrc=0 || qrc=$?
 qpid=
+if [ -n "$kicker" ]; then
+  kill "$kicker" 2>/dev/null || true
+  wait "$kicker" 2>/dev/null || true
+  kicker=
+fi
 wall_ms=$(((${EPOCHREALTIME/./} - start) / 1000))
 exec 9>&-
 if [ -n "$streamer" ]; then

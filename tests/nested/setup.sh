@@ -4,10 +4,9 @@
 #   tests/nested/setup.sh [--refresh] [x86_64] [aarch64]   (no arch: both)
 #
 # Installs qemu-system-x86 / qemu-system-arm, cpio and gdb, then fetches (apt-get
-# download, never install) the qemu L1 runs under (bookworm-backports', on
-# Debian 12: see "the qemu L1 runs under" below), and the L1 kernel and
-# busybox-static of each arch into $BOXDESK_CACHE/nested and writes
-# $BOXDESK_CACHE/nested/<arch>.env, which run.sh reads. The kernel package is resolved through the meta package
+# download, never install) the L1 kernel and busybox-static of each arch into
+# $BOXDESK_CACHE/nested and writes $BOXDESK_CACHE/nested/<arch>.env, which
+# run.sh reads. The kernel package is resolved through the meta package
 # (linux-image-amd64, linux-image-arm64:arm64) so a Debian ABI bump keeps
 # working; the version found is recorded in that env file (first verified:
 # linux-image-6.1.0-57-{amd64,arm64} 6.1.192-3, busybox-static
@@ -247,92 +246,10 @@ boot_kernel() {
   echo "$kdir/vmlinuz"
 }
 
-# --- the qemu L1 runs under ------------------------------------------------
-# Bookworm's qemu (7.2) now and then loses the wake-up of a halted x86 vCPU:
-# L1 then sleeps in its idle loop, interrupts enabled, its LAPIC timer's
-# vector pending in the IRR, and never runs again (docs/NESTED-FREEZE.md has
-# the evidence). L1 runs under bookworm-backports' qemu instead, fetched with
-# apt-get download and unpacked into the cache (never installed: the host's
-# own qemu, which brought the libraries it links, stays as it is). A host
-# whose own qemu is 9 or later uses that one. BOXDESK_NESTED_QEMU=system
-# (read by run.sh) runs the host's qemu anyway, for comparison.
-qemu_pkgs=(qemu-system-x86 qemu-system-arm qemu-system-common qemu-system-data)
-qemu_prefix=
-ensure_backports() {
-  local policy
-  policy=$(apt-cache policy qemu-system-x86 2>/dev/null)
-  [[ "$policy" != *'~bpo12'* ]] || return 0
-  as_root "adding bookworm-backports to apt's sources"
-  say "adding bookworm-backports to apt's sources (its packages are never installed unless asked for)"
-  cat >/etc/apt/sources.list.d/boxdesk-bookworm-backports.sources <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-  updated=0
-  apt_update
-}
-resolve_qemu() { # sets qemu_prefix: '' for the host's qemu, or an unpacked one
-  local sys codename ver dir tmp p deb missing
-  sys=$(dpkg-query -W -f='${Version}' qemu-system-common 2>/dev/null || true)
-  if [ -n "$sys" ] && dpkg --compare-versions "$sys" ge 1:9; then
-    say "L1 runs under the host's qemu ($sys)"
-    return 0
-  fi
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-  if [ "$codename" != bookworm ]; then
-    say "warning: the host's qemu ($sys) is older than 9 and this is not Debian 12: L1 may freeze (docs/NESTED-FREEZE.md)"
-    return 0
-  fi
-  # Warm: the one unpacked last, while under a week old, asks apt nothing.
-  if [ "$refresh" = 0 ] && [ -n "$(find "$cache/qemu/current" -maxdepth 0 -mtime -7 2>/dev/null)" ] &&
-    [ -x "$cache/qemu/current/usr/bin/qemu-system-aarch64" ]; then
-    qemu_prefix=$(readlink -f "$cache/qemu/current")
-    return 0
-  fi
-  ensure_backports
-  ver=$(apt-cache policy qemu-system-x86 | awk '$1 ~ /~bpo12/ { print $1; exit }')
-  [ -n "$ver" ] || die "bookworm-backports has no qemu-system-x86"
-  dir=$cache/qemu/${ver//:/_}
-  if [ ! -x "$dir/usr/bin/qemu-system-x86_64" ] || [ ! -x "$dir/usr/bin/qemu-system-aarch64" ]; then
-    tmp=$(mktemp -d "$cache/tmp.XXXXXX")
-    mkdir -p "$cache/debs"
-    for p in "${qemu_pkgs[@]}"; do
-      say "apt-get download $p=$ver (bookworm-backports)"
-      (cd "$cache/debs" && apt-get download -qq "$p=$ver" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
-      deb=$(ls "$cache/debs/${p}_${ver//:/%3a}_"*.deb 2>/dev/null | head -n 1)
-      [ -n "$deb" ] || die "apt-get download $p=$ver did not produce a .deb"
-      dpkg-deb -x "$deb" "$tmp"
-    done
-    rm -rf "$dir"
-    mkdir -p "$(dirname "$dir")"
-    mv "$tmp" "$dir"
-  fi
-  # It links the libraries bookworm's own qemu brought; a host without them
-  # gets them from its Depends.
-  missing=$(ldd "$dir/usr/bin/qemu-system-x86_64" "$dir/usr/bin/qemu-system-aarch64" | awk '/not found/ { print $1 }' | sort -u)
-  if [ -n "$missing" ]; then
-    as_root "installing the libraries qemu $ver needs"
-    say "qemu $ver lacks $(echo $missing): installing its dependencies"
-    deb=$(ls "$cache/debs/qemu-system-x86_${ver//:/%3a}_"*.deb | head -n 1)
-    apt_update
-    # shellcheck disable=SC2046 # (one word a package)
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      $(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/[(|].*//; s/ //g' | grep -v '^$') >/dev/null
-  fi
-  ln -sfn "$(basename "$dir")" "$cache/qemu/current.part"
-  mv -T "$cache/qemu/current.part" "$cache/qemu/current"
-  qemu_prefix=$dir
-  say "L1 runs under qemu $ver (bookworm-backports, in $dir)"
-}
-
 mkdir -p "$cache"
-resolve_qemu
 bb_host=
 # The env file's format: a file of another (an older harness's) is redone.
-env_format=3
+env_format=4
 # fresh ARCH: its env file is of this format, under a week old and names
 # files that exist.
 fresh() {
@@ -342,7 +259,6 @@ fresh() {
     # shellcheck disable=SC1090
     . "$env_file"
     [ "${NESTED_ENV_FORMAT:-}" = "$env_format" ] && [ -f "${NESTED_KERNEL:-}" ] && [ -x "$NESTED_BUSYBOX" ] &&
-      [ "${NESTED_QEMU_PREFIX:-}" = "$qemu_prefix" ] &&
       say "$1 ready: $NESTED_KERNEL_PKG $NESTED_KERNEL_VERSION, busybox-static $NESTED_BUSYBOX_VERSION (cached)"
   )
 }
@@ -358,8 +274,7 @@ for arch in "${arches[@]}"; do
   env_file=$cache/$arch.env
   if [ -f "$kdir/vmlinuz" ] && [ -x "$bdir/busybox" ] && [ -f "$env_file" ] &&
     grep -qx "NESTED_KERNEL=$(boot_kernel "$arch" "$kdir")" "$env_file" &&
-    grep -qx "NESTED_BUSYBOX=$bdir/busybox" "$env_file" && grep -qx "NESTED_ENV_FORMAT=$env_format" "$env_file" &&
-    grep -qx "NESTED_QEMU_PREFIX=$qemu_prefix" "$env_file"; then
+    grep -qx "NESTED_BUSYBOX=$bdir/busybox" "$env_file" && grep -qx "NESTED_ENV_FORMAT=$env_format" "$env_file"; then
     touch "$env_file"
     say "$arch ready: $kpkg $kver, busybox-static $bbver"
     continue
@@ -387,7 +302,6 @@ NESTED_BUSYBOX_VERSION=$bbver
 NESTED_KVM_MODULES="$(kvm_modules "$arch")"
 NESTED_HOSTROOT_MODULES="$(hostroot_modules "$arch")"
 NESTED_OUT_MODULES="$(out_modules "$arch")"
-NESTED_QEMU_PREFIX=$qemu_prefix
 EOF
   mv "$env_file.part" "$env_file"
   say "$arch ready: $kpkg $kver, busybox-static $bbver"
