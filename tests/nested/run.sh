@@ -234,6 +234,7 @@ cp "$base" "$initrd"
 # --- boot ------------------------------------------------------------------
 qemu_args=("${machine[@]}" -smp "$smp" -m "$mem" -nodefaults -no-user-config -display none
   -no-reboot "${ports[@]}" -qmp "unix:$work/qmp.sock,server=on,wait=off"
+  -qmp "unix:$work/kick.sock,server=on,wait=off"
   -kernel "$kernel" -initrd "$initrd" -append "$append")
 if [ "$hostroot" = 1 ]; then
   qemu_args+=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap")
@@ -256,7 +257,9 @@ qpid=$!
 # timer interrupt pending; any other interrupt wakes it, and the timer's
 # is taken then (docs/NESTED-FREEZE.md). Shift alone types nothing.
 if [ "$kick" != 0 ]; then
-  python3 "$here/qmp.py" "$work/qmp.sock" --every "$kick" "sendkey shift" >/dev/null 2>&1 &
+  # (a monitor of its own: a QMP socket serves one client at a time, and
+  # the freeze report needs the other)
+  python3 "$here/qmp.py" "$work/kick.sock" --every "$kick" "sendkey shift" >/dev/null 2>&1 &
   kicker=$!
 fi
 
