@@ -668,10 +668,14 @@ mod tests {
                 "--hostname t1",
                 "--add-seccomp-fd 4 --add-seccomp-fd 5 --",
                 "--setenv BOXDESK_NAMESPACE 1",
-                "-- /run/boxdesk-exe/boxdesk __agent --listen fd:3 --root / --results /results --pids-max 77",
+                "-- /run/boxdesk-exe/boxdesk __agent --listen fd:3 --peer-uid ",
+                "--root / --results /results --pids-max 77",
             ] {
                 assert!(a.contains(want), "missing {want:?} in {a}");
             }
+            // Only this process's user is served by the agent.
+            let me = nix::unistd::geteuid().as_raw();
+            assert!(a.contains(&format!("--peer-uid {me} ")), "{a}");
         }
     }
 
