@@ -712,6 +712,16 @@ mod tests {
         Ok((port, rx))
     }
 
+    /// A tunnel through a proxy with `limits` to a server that holds it,
+    /// and that server's end of it.
+    async fn tunnel_with(limits: Limits) -> R<(TcpStream, TcpStream)> {
+        let (port, mut held) = holder().await?;
+        let proxy = limited(port, limits, 100).await?;
+        let c = tunnel(proxy, port).await?;
+        let upstream = held.recv().await.ok_or("no upstream")?;
+        Ok((c, upstream))
+    }
+
     #[tokio::test]
     async fn past_its_cap_a_sandboxs_proxy_answers_503_at_once_and_serves_again_when_one_ends() -> R
     {
@@ -789,14 +799,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_tunnel_with_nothing_moving_past_the_idle_limit_is_closed() -> R {
-        let (port, mut held) = holder().await?;
-        let limits = Limits {
+        let (mut c, mut upstream) = tunnel_with(Limits {
             idle: Duration::from_millis(300),
             ..Limits::default()
-        };
-        let proxy = limited(port, limits, 100).await?;
-        let mut c = tunnel(proxy, port).await?;
-        let mut upstream = held.recv().await.ok_or("no upstream")?;
+        })
+        .await?;
         // Bytes moving keep it open past the limit...
         for _ in 0..4 {
             c.write_all(b"x").await?;
@@ -816,14 +823,11 @@ mod tests {
     #[tokio::test]
     async fn a_tunnel_whose_client_closed_is_gone_after_the_half_close_limit_though_upstream_stays(
     ) -> R {
-        let (port, mut held) = holder().await?;
-        let limits = Limits {
+        let (mut c, mut upstream) = tunnel_with(Limits {
             half_closed: Duration::from_millis(300),
             ..Limits::default()
-        };
-        let proxy = limited(port, limits, 100).await?;
-        let mut c = tunnel(proxy, port).await?;
-        let mut upstream = held.recv().await.ok_or("no upstream")?;
+        })
+        .await?;
         c.shutdown().await?;
         // The end is passed on...
         let n = timeout(SECS_5, upstream.read(&mut [0u8; 1])).await??;
