@@ -1,5 +1,5 @@
 //! The seccomp filter as a sandboxed program meets it: the host-facing
-//! calls of issue 14's findings answer `EPERM` inside `boxdesk run`, as
+//! calls of an earlier attack round's findings answer `EPERM` inside `boxdesk run`, as
 //! root and as a user, while a FIFO can still be made.
 
 use std::collections::HashMap;
