@@ -45,6 +45,9 @@ pub enum StateError {
     /// The root is not this user's private directory.
     #[error("{}: the state root must be a directory of this user's that no one else can write to, not a symlink", .0.display())]
     Unsafe(PathBuf),
+    /// No runtime dir for the default root.
+    #[error(transparent)]
+    Dirs(#[from] boxdesk_platform::DirError),
     /// A file system call failed.
     #[error("{what} {}", path.display())]
     Io {
@@ -127,16 +130,15 @@ pub struct Root(pub PathBuf);
 
 impl Root {
     /// The default: `/run/boxdesk-oci` for root, else
-    /// `$XDG_RUNTIME_DIR/boxdesk-oci` (or `/tmp/boxdesk-oci-<uid>`).
-    pub fn default_path() -> PathBuf {
-        // SAFETY: geteuid has no arguments and cannot fail.
-        let uid = unsafe { libc::geteuid() };
-        if uid == 0 {
-            return "/run/boxdesk-oci".into();
+    /// `$XDG_RUNTIME_DIR/boxdesk-oci`, else `oci` in boxdesk's own runtime
+    /// dir (never a shared `/tmp` path another user could make first).
+    pub fn default_path() -> Result<PathBuf, StateError> {
+        if boxdesk_platform::euid() == 0 {
+            return Ok("/run/boxdesk-oci".into());
         }
         match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
-            Some(d) => Path::new(&d).join("boxdesk-oci"),
-            None => format!("/tmp/boxdesk-oci-{uid}").into(),
+            Some(d) => Ok(Path::new(&d).join("boxdesk-oci")),
+            None => Ok(boxdesk_platform::dirs::runtime_dir()?.join("oci")),
         }
     }
 

@@ -74,6 +74,12 @@ pub enum DirError {
         /// Its permission bits (`st_mode & 0o7777`).
         mode: u32,
     },
+    /// No runtime dir can be had that only this user could have created.
+    #[error("no private runtime dir: XDG_RUNTIME_DIR is unset, {run_user} is not this user's, and neither XDG_STATE_HOME nor HOME is an absolute path; set XDG_RUNTIME_DIR to a directory only you can write")]
+    NoRuntimeDir {
+        /// The per-user runtime dir looked for (`/run/user/<uid>`).
+        run_user: PathBuf,
+    },
     /// Neither the XDG variable nor `$HOME` is set to an absolute path.
     #[error("cannot locate the {what} dir: neither {var} nor HOME is an absolute path")]
     NoHome {
@@ -90,11 +96,12 @@ pub enum DirError {
 pub struct DirEnv {
     /// `$XDG_RUNTIME_DIR`, used only when absolute.
     pub xdg_runtime_dir: Option<OsString>,
-    /// `$TMPDIR`, used only when absolute.
+    /// `$TMPDIR`, used only when absolute and a directory of our own that
+    /// nobody else can write.
     pub tmpdir: Option<OsString>,
-    /// The shared temp root of last resort, `/tmp` outside tests; also the
-    /// parent of the per-uid fallback `boxdesk-<uid>`.
-    pub tmp_root: PathBuf,
+    /// `/run` outside tests: root's runtime dir is `<run_root>/boxdesk`, a
+    /// user's systemd one `<run_root>/user/<uid>`.
+    pub run_root: PathBuf,
     /// `$XDG_STATE_HOME`, used only when absolute.
     pub xdg_state_home: Option<OsString>,
     /// `$XDG_DATA_HOME`, used only when absolute.
@@ -112,7 +119,7 @@ impl DirEnv {
         DirEnv {
             xdg_runtime_dir: var("XDG_RUNTIME_DIR"),
             tmpdir: var("TMPDIR"),
-            tmp_root: PathBuf::from("/tmp"),
+            run_root: PathBuf::from("/run"),
             xdg_state_home: var("XDG_STATE_HOME"),
             xdg_data_home: var("XDG_DATA_HOME"),
             home: var("HOME"),
@@ -128,34 +135,53 @@ pub fn runtime_dir() -> Result<PathBuf, DirError> {
 
 /// Resolves, creates (0700) and checks the runtime dir.
 ///
-/// `$XDG_RUNTIME_DIR/boxdesk` when that variable is absolute: any failed
-/// check there is an error. Otherwise the shared `$TMPDIR/boxdesk` or
-/// `<tmp_root>/boxdesk`; if another uid owns that path, it is never used
-/// and `<tmp_root>/boxdesk-<uid>` is used instead (with a warning). Parents
-/// are never created.
+/// Every candidate is a place no other user can create first, so nobody
+/// can squat boxdesk's sockets (a shared `/tmp/boxdesk-<uid>` could be made
+/// by anyone and would stop boxdesk for that user). In order:
+///
+/// 1. `$XDG_RUNTIME_DIR/boxdesk` when that variable is absolute: any
+///    failed check there is an error;
+/// 2. for root, `/run/boxdesk`;
+/// 3. `/run/user/<uid>/boxdesk` when systemd made that dir for us (the
+///    variable is lost under `su`, cron and some ssh set-ups);
+/// 4. `$TMPDIR/boxdesk` when `$TMPDIR` is a directory of ours that nobody
+///    else can write (a shared sticky `/tmp` is skipped);
+/// 5. `<state dir>/run`, beneath the user's own home.
+///
+/// Parents are never created, except the state dir's in the last case.
 pub fn resolve_runtime_dir(env: &DirEnv) -> Result<PathBuf, DirError> {
     if let Some(xdg) = absolute(env.xdg_runtime_dir.as_deref()) {
         let dir = xdg.join("boxdesk");
         create_private(&dir, env.euid)?;
         return Ok(dir);
     }
-    let base = absolute(env.tmpdir.as_deref()).unwrap_or_else(|| env.tmp_root.clone());
-    let shared = base.join("boxdesk");
-    match create_private(&shared, env.euid) {
-        Ok(()) => Ok(shared),
-        Err(DirError::WrongOwner { owner, .. }) => {
-            let own = env.tmp_root.join(format!("boxdesk-{}", env.euid));
-            tracing::warn!(
-                "{} is owned by uid {owner}, not {}; using {} instead",
-                shared.display(),
-                env.euid,
-                own.display()
-            );
-            create_private(&own, env.euid)?;
-            Ok(own)
-        }
-        Err(e) => Err(e),
+    if env.euid == 0 {
+        let dir = env.run_root.join("boxdesk");
+        create_private(&dir, env.euid)?;
+        return Ok(dir);
     }
+    let run_user = env.run_root.join("user").join(env.euid.to_string());
+    let tmpdir = absolute(env.tmpdir.as_deref());
+    for base in [Some(&run_user), tmpdir.as_ref()].into_iter().flatten() {
+        if ours_alone(base, env.euid) {
+            let dir = base.join("boxdesk");
+            create_private(&dir, env.euid)?;
+            return Ok(dir);
+        }
+    }
+    let state = resolve_state_dir(env).map_err(|_| DirError::NoRuntimeDir {
+        run_user: run_user.clone(),
+    })?;
+    ensure_private_dir(&state)?;
+    let dir = state.join("run");
+    create_private(&dir, env.euid)?;
+    Ok(dir)
+}
+
+/// A directory (not a link) owned by `euid` that nobody else can write, so
+/// nobody else can have made anything in it.
+fn ours_alone(dir: &Path, euid: u32) -> bool {
+    fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == euid && m.mode() & 0o022 == 0)
 }
 
 /// `${XDG_STATE_HOME:-$HOME/.local/state}/boxdesk` of the real environment.
@@ -237,8 +263,7 @@ fn make_dir(path: &Path) -> Result<(), DirError> {
     }
 }
 
-/// Owner first: for a shared fallback, "someone else's" is the one answer
-/// that means "go elsewhere" rather than "refuse".
+/// Owner first: "someone else's" says the most about a planted path.
 fn check_meta(path: &Path, meta: &Metadata, euid: u32) -> Result<(), DirError> {
     let path = path.to_owned();
     if meta.uid() != euid {
@@ -279,7 +304,7 @@ mod tests {
         DirEnv {
             xdg_runtime_dir: None,
             tmpdir: None,
-            tmp_root: PathBuf::from("/nonexistent-tmp"),
+            run_root: PathBuf::from("/nonexistent-run"),
             xdg_state_home: None,
             xdg_data_home: None,
             home: Some("/home/u".into()),

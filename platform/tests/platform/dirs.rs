@@ -40,7 +40,7 @@ impl Roots {
         DirEnv {
             xdg_runtime_dir: xdg.map(Into::into),
             tmpdir: tmpdir.map(Into::into),
-            tmp_root: self.tmp_root.clone(),
+            run_root: self.tmp_root.join("run"),
             xdg_state_home: None,
             xdg_data_home: None,
             home: None,
@@ -137,79 +137,156 @@ fn a_missing_xdg_runtime_dir_is_an_error_and_is_not_created() {
     assert!(!gone.exists());
 }
 
-#[test]
-fn a_relative_xdg_runtime_dir_is_ignored_in_favour_of_tmpdir() {
-    let roots = Roots::new();
-    let env = roots.env(Some(Path::new("run/user/1000")), Some(&roots.tmpdir));
-    assert_eq!(
-        resolve_runtime_dir(&env).unwrap(),
-        roots.tmpdir.join("boxdesk")
-    );
+/// Resolves the runtime dir as a user who is not root: this process when
+/// it is not root, else a forked child that became `nobody` (what root
+/// owns in the tree is handed to `nobody` first). Errors come back as their message.
+fn resolve_as_user(roots: &Roots, env: impl FnOnce(u32) -> DirEnv) -> Result<PathBuf, String> {
+    if euid() != 0 {
+        return resolve_runtime_dir(&env(euid())).map_err(|e| e.to_string());
+    }
+    for entry in walk(roots._tmp.path()) {
+        if fs::symlink_metadata(&entry).unwrap().uid() == 0 {
+            lchown(&entry, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
+    let env = env(NOBODY);
+    let (mut read, write) = std::io::pipe().unwrap();
+    // SAFETY: the child only calls setgid/setuid, the resolution and write
+    // before _exit; glibc's malloc stays usable in a forked child.
+    match unsafe { nix::unistd::fork() }.unwrap() {
+        nix::unistd::ForkResult::Child => {
+            drop(read);
+            let _ = nix::unistd::setgroups(&[]);
+            let ok = nix::unistd::setgid(NOBODY.into()).is_ok()
+                && nix::unistd::setuid(NOBODY.into()).is_ok();
+            let answer = match (ok, resolve_runtime_dir(&env)) {
+                (false, _) => "ERR cannot become nobody".to_owned(),
+                (true, Ok(dir)) => format!("OK {}", dir.display()),
+                (true, Err(e)) => format!("ERR {e}"),
+            };
+            let mut write = write;
+            let _ = std::io::Write::write_all(&mut write, answer.as_bytes());
+            // SAFETY: ends the forked child without running the parent's
+            // destructors or atexit handlers.
+            unsafe { libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(write);
+            let mut answer = String::new();
+            std::io::Read::read_to_string(&mut read, &mut answer).unwrap();
+            nix::sys::wait::waitpid(child, None).unwrap();
+            match answer.split_once(' ') {
+                Some(("OK", dir)) => Ok(PathBuf::from(dir)),
+                Some(("ERR", msg)) => Err(msg.to_owned()),
+                _ => panic!("the child said {answer:?}"),
+            }
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut all = vec![dir.to_owned()];
+    if fs::symlink_metadata(dir).unwrap().is_dir() {
+        for entry in fs::read_dir(dir).unwrap() {
+            all.extend(walk(&entry.unwrap().path()));
+        }
+    }
+    all
+}
+
+impl Roots {
+    /// No `$XDG_RUNTIME_DIR`; `run_root` and `home` inside the temp tree.
+    fn user_env(&self, uid: u32, tmpdir: Option<&Path>) -> DirEnv {
+        DirEnv {
+            xdg_runtime_dir: None,
+            tmpdir: tmpdir.map(Into::into),
+            run_root: self.tmp_root.join("run"),
+            xdg_state_home: None,
+            xdg_data_home: None,
+            home: Some(self.tmp_root.join("home").into()),
+            euid: uid,
+        }
+    }
+
+    fn home(&self) -> PathBuf {
+        let home = self.tmp_root.join("home");
+        make_dir(&home, 0o700);
+        home
+    }
 }
 
 #[test]
-fn without_xdg_runtime_dir_or_tmpdir_the_temp_root_is_used() {
+fn without_xdg_runtime_dir_a_user_gets_a_runtime_dir_in_their_own_state_dir_never_in_shared_tmp() {
     let roots = Roots::new();
-    let dir = resolve_runtime_dir(&roots.env(None, None)).unwrap();
-    assert_eq!(dir, roots.tmp_root.join("boxdesk"));
+    let home = roots.home();
+    // A sticky world-writable dir like /tmp, where another user could
+    // have made boxdesk's dir first.
+    fs::set_permissions(&roots.tmpdir, fs::Permissions::from_mode(0o1777)).unwrap();
+    let dir = resolve_as_user(&roots, |uid| roots.user_env(uid, Some(&roots.tmpdir))).unwrap();
+    assert_eq!(dir, home.join(".local/state/boxdesk/run"));
     assert_eq!(mode(&dir), 0o700);
+    assert!(!roots.tmpdir.join("boxdesk").exists());
 }
 
 #[test]
-fn a_shared_fallback_owned_by_another_uid_is_bypassed_for_a_per_uid_dir() {
-    if !is_root("chown") {
+fn a_runtime_dir_squatted_in_shared_tmp_by_another_user_does_not_stop_boxdesk() {
+    if !is_root("make a dir another user owns") {
         return;
     }
     let roots = Roots::new();
-    let shared = roots.tmpdir.join("boxdesk");
-    make_dir(&shared, 0o700);
-    chown(&shared, Some(NOBODY), Some(NOBODY)).unwrap();
-    let dir = resolve_runtime_dir(&roots.env(None, Some(&roots.tmpdir))).unwrap();
-    assert_eq!(dir, roots.tmp_root.join("boxdesk-0"));
+    let home = roots.home();
+    fs::set_permissions(&roots.tmpdir, fs::Permissions::from_mode(0o1777)).unwrap();
+    for squat in ["boxdesk", &format!("boxdesk-{NOBODY}")] {
+        let squat = roots.tmpdir.join(squat);
+        make_dir(&squat, 0o777);
+        chown(&squat, Some(4242), Some(4242)).unwrap();
+    }
+    let dir = resolve_as_user(&roots, |uid| roots.user_env(uid, Some(&roots.tmpdir))).unwrap();
+    assert_eq!(dir, home.join(".local/state/boxdesk/run"));
+}
+
+#[test]
+fn a_systemd_user_runtime_dir_is_used_when_xdg_runtime_dir_was_lost() {
+    let roots = Roots::new();
+    roots.home();
+    let run_user = roots.tmp_root.join("run/user");
+    fs::create_dir_all(&run_user).unwrap();
+    let uid = if euid() == 0 { NOBODY } else { euid() };
+    make_dir(&run_user.join(uid.to_string()), 0o700);
+    let dir = resolve_as_user(&roots, |uid| roots.user_env(uid, None)).unwrap();
+    assert_eq!(dir, run_user.join(format!("{uid}/boxdesk")));
+}
+
+#[test]
+fn a_private_tmpdir_of_the_users_own_is_used_before_the_home() {
+    let roots = Roots::new();
+    roots.home();
+    let dir = resolve_as_user(&roots, |uid| roots.user_env(uid, Some(&roots.tmpdir))).unwrap();
+    assert_eq!(dir, roots.tmpdir.join("boxdesk"));
+}
+
+#[test]
+fn without_xdg_runtime_dir_or_home_the_error_says_to_set_xdg_runtime_dir() {
+    let roots = Roots::new();
+    let err = resolve_as_user(&roots, |uid| DirEnv {
+        home: None,
+        ..roots.user_env(uid, None)
+    })
+    .unwrap_err();
+    assert!(err.contains("set XDG_RUNTIME_DIR"), "{err}");
+}
+
+#[test]
+fn root_without_xdg_runtime_dir_uses_run_boxdesk() {
+    if !is_root("be root") {
+        return;
+    }
+    let roots = Roots::new();
+    let env = roots.user_env(0, None);
+    fs::create_dir(&env.run_root).unwrap();
+    let dir = resolve_runtime_dir(&env).unwrap();
+    assert_eq!(dir, env.run_root.join("boxdesk"));
     assert_eq!(mode(&dir), 0o700);
-}
-
-#[test]
-fn a_shared_fallback_symlink_planted_by_another_uid_is_bypassed() {
-    if !is_root("lchown") {
-        return;
-    }
-    let roots = Roots::new();
-    let link = roots.tmp_root.join("boxdesk");
-    symlink(&roots.xdg, &link).unwrap();
-    lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
-    let dir = resolve_runtime_dir(&roots.env(None, None)).unwrap();
-    assert_eq!(dir, roots.tmp_root.join("boxdesk-0"));
-}
-
-#[test]
-fn a_shared_fallback_of_our_own_with_mode_0755_is_refused_not_repaired() {
-    let roots = Roots::new();
-    let shared = roots.tmp_root.join("boxdesk");
-    make_dir(&shared, 0o755);
-    let err = resolve_runtime_dir(&roots.env(None, None)).unwrap_err();
-    assert!(
-        matches!(err, DirError::WrongMode { mode: 0o755, .. }),
-        "{err:?}"
-    );
-    assert_eq!(mode(&shared), 0o755);
-}
-
-#[test]
-fn a_per_uid_fallback_with_a_wrong_mode_is_refused() {
-    if !is_root("chown") {
-        return;
-    }
-    let roots = Roots::new();
-    let shared = roots.tmp_root.join("boxdesk");
-    make_dir(&shared, 0o700);
-    chown(&shared, Some(NOBODY), Some(NOBODY)).unwrap();
-    make_dir(&roots.tmp_root.join("boxdesk-0"), 0o750);
-    let err = resolve_runtime_dir(&roots.env(None, None)).unwrap_err();
-    assert!(
-        matches!(err, DirError::WrongMode { mode: 0o750, .. }),
-        "{err:?}"
-    );
 }
 
 #[test]

@@ -245,7 +245,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         path: cli.log.clone(),
         json: cli.log_format == "json",
     };
-    let root = Root(cli.root.clone().unwrap_or_else(Root::default_path));
+    let root = match cli.root.clone().map_or_else(Root::default_path, Ok) {
+        Ok(path) => Root(path),
+        Err(e) => {
+            log.error(&e.to_string());
+            return 1;
+        }
+    };
     if let Err(e) = pin_dirs(&root) {
         log.error(&format!("{e:#}"));
         return 1;
