@@ -150,7 +150,8 @@ fn resolve_as_user(roots: &Roots, env: impl FnOnce(u32) -> DirEnv) -> Result<Pat
         }
     }
     let env = env(NOBODY);
-    let (mut read, write) = std::io::pipe().unwrap();
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let (mut read, write) = (fs::File::from(read), fs::File::from(write));
     // SAFETY: the child only calls setgid/setuid, the resolution and write
     // before _exit; glibc's malloc stays usable in a forked child.
     match unsafe { nix::unistd::fork() }.unwrap() {
