@@ -534,9 +534,9 @@ impl fmt::Display for CgroupProbe {
             Ok(place) => write!(f, "  limits: enforced, {place}"),
             Err(why) => write!(
                 f,
-                "  limits: unenforced: {why}\n  what it means: --mem and --cpus are recorded \
-                 only; the process count is capped by RLIMIT_NPROC in the sandbox's user \
-                 namespace instead of pids.max"
+                "  limits: unenforced: {why}\n  what it means: run refuses --mem and --cpus \
+                 and a sandbox has no default memory limit; the process count is capped by \
+                 RLIMIT_NPROC in the sandbox's user namespace instead of pids.max"
             ),
         }
     }

@@ -47,12 +47,18 @@ pub struct Resources {
     /// sandbox's CPU quota (none when `None`).
     pub cpus: Option<u32>,
     /// Memory in MiB: a VM's RAM (its backend's default when `None`), a
-    /// namespace sandbox's memory limit (none when `None`).
+    /// namespace sandbox's memory limit (half the host's RAM when `None`,
+    /// where a cgroup can hold it).
     pub mem_mib: Option<u32>,
     /// Most processes and threads inside at once.
     pub pids: u64,
     /// Size of `/tmp` and `/dev/shm`, bytes, where the backend sizes them.
     pub tmp_bytes: u64,
+    /// A namespace sandbox refuses to start when `cpus` or `mem_mib` cannot
+    /// be enforced here, instead of recording them in `info` only. The
+    /// CLI's `--cpus`/`--mem` ask for this: a limit the user typed must
+    /// hold or be refused.
+    pub limits_required: bool,
 }
 
 impl Default for Resources {
@@ -62,6 +68,7 @@ impl Default for Resources {
             mem_mib: None,
             pids: DEFAULT_PIDS,
             tmp_bytes: DEFAULT_TMP_BYTES,
+            limits_required: false,
         }
     }
 }

@@ -161,11 +161,12 @@ struct RunArgs {
     #[arg(long)]
     backend: Option<String>,
     /// vCPUs of a VM [default: 1]; a namespace sandbox's CPU quota
-    /// (cgroups) [default: none].
+    /// (cgroups; refused where they cannot hold it) [default: none].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     cpus: Option<u32>,
     /// Memory in MiB: a VM's RAM [default: 512]; a namespace sandbox's
-    /// memory limit, swap included (cgroups) [default: none].
+    /// memory limit, swap included (cgroups; refused where they cannot hold
+    /// it) [default: half the host's RAM where they can].
     #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u32).range(16..))]
     mem: Option<u32>,
     /// Most processes and threads a namespace sandbox may hold at once.

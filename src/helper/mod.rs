@@ -35,10 +35,11 @@ pub struct HelperOptions {
     /// The sandbox's name (already valid or refused here).
     pub name: String,
     /// `--cpus`: vCPUs of a VM (default [`boxdesk_vmm::sandbox::DEFAULT_VCPUS`]), a CPU quota of
-    /// a namespace sandbox (default none).
+    /// a namespace sandbox (default none; refused where cgroups cannot hold it).
     pub cpus: Option<u32>,
     /// `--mem`: RAM of a VM (default [`DEFAULT_MEM_MIB`]), a memory limit of
-    /// a namespace sandbox (default none).
+    /// a namespace sandbox (default half the host's RAM where cgroups hold
+    /// it; a `--mem` or `--cpus` they cannot hold is refused).
     pub mem_mib: Option<u32>,
     /// Share the host network.
     pub net: bool,
@@ -186,6 +187,7 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
     let mut spec: SandboxSpec = keeper.spec();
     spec.resources.cpus = opts.cpus;
     spec.resources.mem_mib = opts.mem_mib;
+    spec.resources.limits_required = true;
     spec.resources.pids = opts.pids;
     spec.resources.tmp_bytes = opts.tmp_bytes;
     spec.net = if opts.net { Net::Host } else { Net::None };

@@ -51,12 +51,13 @@ fn an_unknown_word_is_echoed_with_control_bytes_escaped_and_cut_to_64_bytes() {
 #[test]
 fn info_reports_a_namespace_sandbox_and_never_a_vm() {
     let env = TestEnv::new();
-    let _sb = env.start("c3", &["--cpus", "3", "--mem", "700"]);
+    // (Limits, and their refusal where they cannot hold, are the
+    // hardening tests'.)
+    let _sb = env.start("c3", &["--pids", "300"]);
     let info = env.info("c3");
     for (k, v) in [
         ("proto", "1"),
-        ("vcpus", "3"),
-        ("mem_mib", "700"),
+        ("pids_max", "300"),
         ("net", "none"),
         ("rootfs", "host"),
         ("channel", "unix"),

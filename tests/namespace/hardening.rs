@@ -347,43 +347,75 @@ fn a_fork_bomb_is_held_by_the_pids_limit_and_gone_when_its_exec_times_out() {
 #[test]
 fn info_shows_the_limits_that_hold_and_a_memory_hog_is_stopped_where_they_do() {
     let env = TestEnv::new();
-    let sb = env.start("limits", &["--mem", "64", "--cpus", "1", "--pids", "300"]);
+    // Without --mem: half the host's RAM, where a cgroup holds memory.
+    let sb0 = env.start("nolimits", &[]);
+    let info = env.info("nolimits");
+    assert!(!info.contains_key("vcpus"), "{info:?}");
+    let memory_holds = matches!(info["limits"].as_str(), "cgroup-v1" | "cgroup-v2")
+        && !info
+            .get("limits_unenforced")
+            .is_some_and(|u| u.contains("--mem"));
+    if memory_holds {
+        let half = host_mem_mib() / 2;
+        assert_eq!(info["mem_mib"], half.to_string(), "{info:?}");
+    } else {
+        assert!(!info.contains_key("mem_mib"), "{info:?}");
+    }
+    drop(sb0);
+    if !memory_holds {
+        // A limit the user typed that cannot hold is refused, not recorded.
+        let out = env.run([
+            "run", "--detach", "--name", "limits", "--mem", "64", "--cpus", "1",
+        ]);
+        assert_ne!(
+            out.code(),
+            0,
+            "an unenforceable --mem must be refused: {out}"
+        );
+        assert!(out.stderr.contains("cannot enforce --mem"), "{out}");
+        assert!(out.stderr.contains("boxdesk doctor"), "{out}");
+        assert!(!env.sock("limits").exists(), "nothing may be left running");
+        println!("skipped: memory limit not enforced here; the refusal was checked instead");
+        return;
+    }
+    let cpu_holds = !info
+        .get("limits_unenforced")
+        .is_some_and(|u| u.contains("--cpus"));
+    let mut flags = vec!["--mem", "64", "--pids", "300"];
+    if cpu_holds {
+        flags.extend(["--cpus", "1"]);
+    }
+    let sb = env.start("limits", &flags);
     let info = env.info("limits");
     assert_eq!(info["mem_mib"], "64", "{info:?}");
-    assert_eq!(info["vcpus"], "1", "{info:?}");
-    assert_eq!(info["pids_max"], "300", "{info:?}");
-    match info["limits"].as_str() {
-        "cgroup-v1" | "cgroup-v2" => {
-            assert!(info["cgroup"].contains("boxdesk"), "{info:?}");
-            let out = sb.exec(&[
-                "python3",
-                "-c",
-                "b = bytearray(256 << 20); print('survived')",
-            ]);
-            assert_eq!(
-                out.code(),
-                137,
-                "a 256 MiB allocation under a 64 MiB limit: {out}"
-            );
-            assert!(!out.stdout.contains("survived"));
-        }
-        "unenforced" => {
-            println!(
-                "skipped: memory limit not enforced here ({})",
-                info["limits_why"]
-            );
-            assert!(!info["limits_why"].is_empty());
-        }
-        other => panic!("limits {other}: {info:?}"),
+    if cpu_holds {
+        assert_eq!(info["vcpus"], "1", "{info:?}");
     }
-    // Without --mem and --cpus a namespace sandbox has no such limit.
-    let sb2 = env.start("nolimits", &[]);
-    let info = env.info("nolimits");
-    assert!(
-        !info.contains_key("mem_mib") && !info.contains_key("vcpus"),
-        "{info:?}"
+    assert_eq!(info["pids_max"], "300", "{info:?}");
+    assert!(info["cgroup"].contains("boxdesk"), "{info:?}");
+    let out = sb.exec(&[
+        "python3",
+        "-c",
+        "b = bytearray(256 << 20); print('survived')",
+    ]);
+    assert_eq!(
+        out.code(),
+        137,
+        "a 256 MiB allocation under a 64 MiB limit: {out}"
     );
-    drop(sb2);
+    assert!(!out.stdout.contains("survived"));
+}
+
+/// The host's `MemTotal` in MiB.
+fn host_mem_mib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    kib / 1024
 }
 
 #[test]

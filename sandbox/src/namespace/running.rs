@@ -90,6 +90,9 @@ pub enum RunError {
     /// The namespace backend has no display devices.
     #[error("the namespace backend has no display: a display needs a VM (kvm or hvf)")]
     Display,
+    /// A `--mem` or `--cpus` the user asked for cannot be held here.
+    #[error("cannot enforce {0}; run `boxdesk doctor` for what would let this host hold limits, or leave the flag out to run without that limit")]
+    Unenforceable(String),
     /// Some other system call failed.
     #[error("{what}")]
     Os {
@@ -397,27 +400,57 @@ type Limits = (
 /// user allow one; returns it, the `cgroup.procs` descriptors bwrap's
 /// child joins, and what `info` says of the limits. The pids cap also
 /// holds without a cgroup: the agent sets RLIMIT_NPROC in the sandbox's
-/// user namespace.
+/// user namespace. Without `--mem`, a sandbox (not an OCI container) is
+/// capped at half the host's RAM where a cgroup can hold it. A `--mem` or `--cpus` that cannot be
+/// held is refused when the spec requires its limits.
 fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
     let container = spec.container.as_ref();
+    let asked_mem = spec.resources.mem_mib.map(u64::from);
     let wanted = cgroup::Limits {
         // A container's quota may be a fraction of a CPU.
         cpus: container
             .and_then(|c| c.cpu_quota)
             .or(spec.resources.cpus.map(f64::from)),
-        mem_mib: spec.resources.mem_mib.map(u64::from),
+        // An OCI container without a limit has none, as under runc.
+        mem_mib: asked_mem.or_else(|| container.is_none().then(default_mem_mib).flatten()),
         pids: Some(spec.resources.pids),
         cpu_shares: container.and_then(|c| c.cpu_shares),
     };
+    let required = spec.resources.limits_required;
     let mut info = Vec::new();
     match cgroup::create(name, &wanted)? {
         cgroup::Placement::Enforced(cg) => {
+            let missed: Vec<&String> = cg
+                .unenforced()
+                .iter()
+                .filter(|why| {
+                    (asked_mem.is_some() && why.starts_with("--mem"))
+                        || (spec.resources.cpus.is_some() && why.starts_with("--cpus"))
+                })
+                .collect();
+            if required && !missed.is_empty() {
+                let why = missed
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if let Err(e) = cg.remove() {
+                    tracing::warn!("removing the sandbox's cgroup: {e}");
+                }
+                return Err(RunError::Unenforceable(why));
+            }
             let version = match cg.version() {
                 cgroup::Version::V1 => "cgroup-v1",
                 cgroup::Version::V2 => "cgroup-v2",
             };
             info.push(("limits", version.to_owned()));
             info.push(("cgroup", cg.location()));
+            if asked_mem.is_none() {
+                if let Some(m) = cg.enforced().mem_mib {
+                    info.push(("mem_mib", m.to_string()));
+                    info.push(("mem_default", "half the host's RAM".to_owned()));
+                }
+            }
             if !cg.unenforced().is_empty() {
                 info.push(("limits_unenforced", cg.unenforced().join(",")));
             }
@@ -425,11 +458,39 @@ fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
             Ok((Some(cg), fds, info))
         }
         cgroup::Placement::Unenforced { why } => {
+            let asked: Vec<&str> = [
+                (asked_mem.is_some(), "--mem"),
+                (spec.resources.cpus.is_some(), "--cpus"),
+            ]
+            .into_iter()
+            .filter_map(|(on, flag)| on.then_some(flag))
+            .collect();
+            if required && !asked.is_empty() {
+                return Err(RunError::Unenforceable(format!(
+                    "{}: {why}",
+                    asked.join(" or ")
+                )));
+            }
             info.push(("limits", "unenforced".to_owned()));
             info.push(("limits_why", why));
             Ok((None, Vec::new(), info))
         }
     }
+}
+
+/// Half the host's RAM in MiB (`MemTotal`), as Docker Desktop sizes its VM:
+/// a runaway sandbox cannot take the host down with it.
+fn default_mem_mib() -> Option<u64> {
+    let meminfo = fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((kib / 1024 / 2).max(16))
 }
 
 impl Inner {
