@@ -149,6 +149,7 @@ pub fn main(opts: Options) -> Result<(), CoworkError> {
         .into_iter()
         .map(|d| std::fs::canonicalize(&d).unwrap_or(d))
         .collect();
+    sweep_leftovers();
     let listener = bind(&opts.socket)?;
     let bound = std::fs::symlink_metadata(&opts.socket)
         .map(|m| (m.dev(), m.ino()))
@@ -228,5 +229,22 @@ fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, CoworkError> {
     match socket::bind_exclusive(path) {
         Err(SocketError::InUse(p)) => Err(SocketError::InUse(p).into()),
         other => Ok(other?),
+    }
+}
+
+/// Clears what a killed server or helper of this user left: lock files no
+/// process holds and state trees half removed. On a thread of its own, off
+/// the start's path: a deep tree takes a while.
+fn sweep_leftovers() {
+    let spawned = std::thread::Builder::new().name("sweep".into()).spawn(|| {
+        if let Ok(runtime) = dirs::runtime_dir() {
+            boxdesk_sandbox::lock::NameLock::sweep(&runtime);
+        }
+        if let Ok(state) = dirs::state_dir() {
+            boxdesk_sandbox::trash::sweep(&state);
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the leftover sweep: {e}");
     }
 }

@@ -151,6 +151,8 @@ impl Keeper {
         let claimed = Instant::now();
         let runtime = dirs::runtime_dir()?;
         let paths = SandboxPaths::new(&runtime, name)?;
+        // Lock files a killed helper left, so the runtime dir stays tidy.
+        NameLock::sweep(&runtime);
         let name_lock = NameLock::acquire(&runtime, name)?;
         let control = socket::bind_exclusive(&paths.sock)?;
         let prepared = dirs::state_dir()
@@ -296,7 +298,8 @@ impl Keeper {
 
     /// Ends the sandbox: `<name>.sock` goes, the sandbox is stopped (its
     /// agent asked to shut down, killed after [`STOP_GRACE`]), then the
-    /// state dir follows `end`'s rule and the name is released. Returns
+    /// state dir follows `end`'s rule and the name is released (after a
+    /// stop, as soon as the state dir is moved aside, before its removal). Returns
     /// whether this call did it: `false` when another end (or
     /// [`Keeper::abandon`]) came first, which may still be running.
     pub fn end(&self, end: End) -> bool {
@@ -342,11 +345,25 @@ impl Keeper {
         match end {
             End::Stop if self.keep => self.state.mark_stopped(),
             End::Stop => {
-                if let Err(e) = self.remove_state() {
-                    tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
-                }
                 let _ = std::fs::remove_file(&self.paths.log);
                 let _ = std::fs::remove_file(crate::log::rotated(&self.paths.log));
+                // Moved aside, the name is free at once; a deep tree is
+                // then removed with nothing waiting to kill this process.
+                let moved = if self.handed_over.load(Ordering::SeqCst) {
+                    None
+                } else {
+                    crate::trash::move_to_trash(&self.state.dir).ok()
+                };
+                let removed = match moved {
+                    Some(moved) => {
+                        self.release();
+                        moved.remove()
+                    }
+                    None => self.remove_state(),
+                };
+                if let Err(e) = removed {
+                    tracing::warn!("cannot remove {}: {e}", self.state.dir.display());
+                }
             }
             End::Died(why) => {
                 tracing::error!(

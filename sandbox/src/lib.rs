@@ -6,9 +6,11 @@
 //!   [`running::SandboxSpec`] they start from.
 //! * [`keeper`] — the name's lock, control socket and state dir around
 //!   one `dyn Sandbox`: what makes a sandbox one `boxdesk ls` lists.
-//! * [`state`], [`lock`], [`log`] — the per-sandbox state dir and its
-//!   removal, the one-helper-per-name `flock`, and `<name>.log` (the one
-//!   log opener: 0600, no symlink, ours; capped and rotated; its tail).
+//! * [`state`], [`trash`], [`lock`], [`log`] — the per-sandbox state dir
+//!   and its removal (moved aside first, so `stop` frees the name at once
+//!   and nothing races the removal of a deep tree), the one-helper-per-name
+//!   `flock`, and `<name>.log` (the one log opener: 0600, no symlink, ours;
+//!   capped and rotated; its tail).
 //! * [`control`] — the control socket `<name>.sock`: the protocol, the
 //!   helper's server and the client the CLI (and later cowork) uses.
 //! * [`client`] — the host side of the agent protocol, blocking and tokio:
@@ -46,6 +48,7 @@ pub mod running;
 pub mod seccomp;
 pub mod share_arg;
 pub mod state;
+pub mod trash;
 
 pub use running::Sandbox;
 

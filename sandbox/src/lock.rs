@@ -4,7 +4,7 @@
 //! Binding `<name>.sock` alone leaves a window: between another helper's
 //! `bind` and its `listen`, a connect is refused and the socket looks
 //! stale. Taking this lock first closes it. This module must never block
-//! (a held lock is an error at once) and never leave a lock that a dead
+//! (a held lock is an error within milliseconds) and never leave a lock that a dead
 //! helper's file could shadow: after locking, the file must still be the
 //! one at the path.
 
@@ -41,8 +41,23 @@ pub struct NameLock {
 }
 
 impl NameLock {
-    /// Takes the lock on `<dir>/<name>.lock` without blocking.
+    /// Takes the lock on `<dir>/<name>.lock` without blocking (a holder
+    /// that lets go within a few milliseconds, a [`NameLock::sweep`] or an
+    /// [`NameLock::is_held`] probe, is waited for).
     pub fn acquire(dir: &Path, name: &str) -> Result<Self, LockError> {
+        let mut tries = 0;
+        loop {
+            match Self::acquire_once(dir, name) {
+                Err(LockError::Held(_)) if tries < 5 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn acquire_once(dir: &Path, name: &str) -> Result<Self, LockError> {
         let path = dir.join(format!("{name}.lock"));
         let io_err = |source| LockError::Io {
             path: path.clone(),
@@ -77,6 +92,32 @@ impl NameLock {
                 Err(e) => return Err(io_err(e)),
             }
         }
+    }
+
+    /// Removes the lock files in `dir` that no live process holds (their
+    /// helper was killed before it could release them); returns how many.
+    /// Each is removed while locked by this call, so a helper starting
+    /// meanwhile either gets the name after us or sees the file gone and
+    /// retries ([`NameLock::acquire`]).
+    pub fn sweep(dir: &Path) -> usize {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return 0;
+        };
+        let mut swept = 0;
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str().and_then(|f| f.strip_suffix(".lock")) else {
+                continue;
+            };
+            if boxdesk_platform::names::validate_name(name).is_err() {
+                continue;
+            }
+            if let Ok(lock) = Self::acquire_once(dir, name) {
+                lock.release();
+                swept += 1;
+            }
+        }
+        swept
     }
 
     /// Whether a live helper holds `<dir>/<name>.lock` now (a probe: takes
@@ -135,5 +176,19 @@ mod tests {
         ));
         a.release();
         NameLock::acquire(dir.path(), "x").unwrap().release();
+    }
+
+    #[test]
+    fn a_sweep_removes_the_lock_files_of_dead_holders_and_leaves_held_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = NameLock::acquire(dir.path(), "live").unwrap();
+        // What a helper killed by SIGKILL leaves: the file, unlocked.
+        fs::write(dir.path().join("dead.lock"), "").unwrap();
+        fs::write(dir.path().join("not a name.lock"), "").unwrap();
+        assert_eq!(NameLock::sweep(dir.path()), 1);
+        assert!(!dir.path().join("dead.lock").exists());
+        assert!(dir.path().join("not a name.lock").exists());
+        assert!(held.path().exists());
+        assert!(NameLock::is_held(dir.path(), "live"));
     }
 }

@@ -50,6 +50,7 @@ const NUMERIC: [&str; 10] = [
 /// helper died; `stopped`: kept with `--keep`).
 pub fn ls(json: bool) -> anyhow::Result<i32> {
     let runtime = dirs::runtime_dir()?;
+    NameLock::sweep(&runtime);
     let mut names: Vec<String> = fs::read_dir(&runtime)
         .with_context(|| format!("reading {}", runtime.display()))?
         .filter_map(Result::ok)
@@ -226,8 +227,10 @@ pub fn info(name: &str) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// `boxdesk stop NAME`: returns once the helper has exited; after
-/// [`STOP_WAIT`] it is killed, also when it never answers the request. A
+/// `boxdesk stop NAME`: returns once the helper has exited or released the
+/// name (it moves the state dir aside first, then removes it: a deep tree
+/// is never raced by a kill); a helper that holds the name for
+/// [`STOP_WAIT`] is killed, also when it never answers the request. A
 /// keeper that outlives its sandbox (cowork holds several) is done when it
 /// has released the name: then it is left running once [`OUTLIVES`] has
 /// passed. A dead sandbox (state dir, no helper) has its state removed; a
@@ -244,6 +247,7 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
                 return Err(e.into());
             };
             clean_up_after(name, &paths, &state);
+            sweep_leftovers(&runtime);
             return Ok(0);
         }
     };
@@ -299,7 +303,18 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
     }
     let _ = socket::clear_if_stale(&paths.sock);
     let _ = socket::clear_if_stale(&paths.agent);
+    sweep_leftovers(&runtime);
     Ok(0)
+}
+
+/// What killed helpers left: lock files nobody holds, and state trees a
+/// helper was killed while removing (one still being removed is left to
+/// its remover).
+fn sweep_leftovers(runtime: &std::path::Path) {
+    NameLock::sweep(runtime);
+    if let Ok(state_root) = dirs::state_dir() {
+        boxdesk_sandbox::trash::sweep(&state_root);
+    }
 }
 
 /// What a sandbox whose keeper is gone left (state dir, log, cgroup, stale

@@ -889,3 +889,49 @@ fn exec_trusts_the_agents_own_socket_only_in_a_private_state_root() {
         "the error names the sandbox: {without_relay}"
     );
 }
+
+#[test]
+fn stop_frees_the_name_at_once_and_removes_a_deep_work_tree_without_killing_its_helper() {
+    let env = TestEnv::new();
+    let sb = env.start("deep", &[]);
+    let helper: u32 = env.info("deep")["pid"].parse().unwrap();
+    // Deep enough that removing it takes longer than stop's 10 s patience
+    // with a helper that does not exit (about 13 s in a debug build here).
+    let out = sb.exec(&[
+        "python3",
+        "-c",
+        "import os\nos.chdir('/work')\nfor _ in range(150000):\n    os.mkdir('d'); os.chdir('d')\n",
+    ]);
+    assert_eq!(out.code(), 0, "{out}");
+    std::mem::forget(sb);
+    let out = env.run(["stop", "deep"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(!out.stderr.contains("killing"), "{out}");
+    assert!(
+        !env.state_of("deep").exists(),
+        "the name's state dir is gone"
+    );
+    // The name is free at once; the tree goes on being removed.
+    let again = env.start("deep", &[]);
+    assert_eq!(again.sh("ls /work").stdout, "", "a fresh /work");
+    drop(again);
+    assert!(
+        support::wait_gone_within(helper, std::time::Duration::from_secs(300)),
+        "the first helper never finished removing its tree"
+    );
+    let trash = env.xdg_state.join("boxdesk/.trash");
+    let left: Vec<_> = fs::read_dir(&trash)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in the trash: {left:?}");
+}
+
+#[test]
+fn the_lock_file_of_a_killed_helper_is_swept_by_ls() {
+    let env = TestEnv::new();
+    kill_helper(&env, "locked");
+    let lock = env.runtime().join("locked.lock");
+    assert!(lock.exists(), "a SIGKILLed helper leaves its lock file");
+    assert_eq!(env.run(["ls"]).code(), 0);
+    assert!(!lock.exists(), "ls sweeps a lock no process holds");
+}
