@@ -165,9 +165,22 @@ pub struct Exec {
     pub env: Vec<(Vec<u8>, SecretBytes)>,
     /// Deadline in milliseconds after the start; 0 means none.
     pub timeout_ms: u32,
+    /// [`Exec::ISOLATE`] and future bits; 0 is sent as nothing at all, so
+    /// an agent that predates the field reads every exec without one.
+    pub flags: u32,
 }
 
 impl Exec {
+    /// The exec runs in a Landlock domain of its own, nested in the
+    /// agent's: it and its descendants cannot read (`/proc/PID/environ`,
+    /// `mem`…) or trace another exec's processes on any Landlock kernel,
+    /// nor signal them or reach their abstract sockets from Linux 6.12
+    /// (ABI 6). cowork sets it for every spawn, so sessions of one profile
+    /// are sealed from each other.
+    pub const ISOLATE: u32 = 1;
+    /// The flag bits this version knows; an exec with another is refused.
+    pub const KNOWN_FLAGS: u32 = Self::ISOLATE;
+
     /// An exec of `command` with `args`, no env, cwd `/`, no deadline.
     pub fn new<I, A>(command: impl Into<Vec<u8>>, args: I) -> Self
     where
@@ -218,7 +231,23 @@ impl Exec {
             cwd,
             env,
             timeout_ms,
+            flags: 0,
         })
+    }
+
+    /// The optional last field of Exec and ExecPty: `u32 flags` when any
+    /// bit is set.
+    fn put_flags(&self, out: &mut Vec<u8>) {
+        if self.flags != 0 {
+            put_u32(out, self.flags);
+        }
+    }
+
+    fn take_flags(&mut self, c: &mut Cursor<'_>) -> Result<(), FrameError> {
+        if c.remaining() > 0 {
+            self.flags = c.u32("flags")?;
+        }
+        Ok(())
     }
 }
 
@@ -324,11 +353,13 @@ impl Frame {
             },
             Frame::Exec(exec) => {
                 exec.encode(prefix);
+                exec.put_flags(prefix);
                 &[]
             }
             Frame::ExecPty(exec, size) => {
                 exec.encode(prefix);
                 put_winsize(prefix, *size);
+                exec.put_flags(prefix);
                 &[]
             }
             Frame::Resize(size) => {
@@ -409,10 +440,16 @@ fn decode_fields(tag: Tag, payload: &[u8]) -> Result<Frame, FrameError> {
         Tag::Signal => Frame::Signal(c.i32("signal")?),
         Tag::TimedOut => Frame::TimedOut,
         Tag::Shutdown => Frame::Shutdown,
-        Tag::Exec => Frame::Exec(Exec::decode(&mut c)?),
+        Tag::Exec => {
+            let mut exec = Exec::decode(&mut c)?;
+            exec.take_flags(&mut c)?;
+            Frame::Exec(exec)
+        }
         Tag::ExecPty => {
-            let exec = Exec::decode(&mut c)?;
-            Frame::ExecPty(exec, winsize(&mut c)?)
+            let mut exec = Exec::decode(&mut c)?;
+            let size = winsize(&mut c)?;
+            exec.take_flags(&mut c)?;
+            Frame::ExecPty(exec, size)
         }
         Tag::Resize => Frame::Resize(winsize(&mut c)?),
         Tag::GetFile => Frame::GetFile(c.bytes("path")?.to_vec()),

@@ -136,6 +136,17 @@ pub fn run(config: Config) -> Result<(), AgentError> {
     // Before any connection or child: nothing in the sandbox may open the
     // agent's descriptors or memory through /proc.
     crate::limits::non_dumpable()?;
+    // Before any thread: a domain is per thread, inherited by new ones.
+    if config.scope_host {
+        match crate::landlock::Domain::scopes_only().and_then(|d| d.map(|d| d.enter()).transpose()) {
+            Ok(Some(())) => {}
+            Ok(None) => log!(
+                "Landlock here: {}; no scopes, so host abstract sockets stay reachable on the host's network",
+                crate::landlock::Support::here().describe()
+            ),
+            Err(e) => log!("cannot enter a Landlock scope: {e}"),
+        }
+    }
     crate::limits::one_malloc_arena();
     crate::limits::raise_open_files();
     if let Some(max) = config.pids_max {

@@ -17,7 +17,7 @@ use boxdesk_channel::AGENT_PORT;
 /// The usage line printed with every argument error and for `--help`.
 pub const USAGE: &str = "usage: boxdesk-guest-agent \
                          [--listen vsock:PORT | --listen unix:PATH | --listen fd:N] \
-                         [--root DIR] [--results DIR] [--pids-max N] [--peer-uid UID]";
+                         [--root DIR] [--results DIR] [--pids-max N] [--peer-uid UID] [--scope host]";
 
 /// Where the agent listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +101,12 @@ pub struct Config {
     /// The host uid that runs the sandbox, if given: a Unix peer of any
     /// other is refused (`listen::Listener::only_peer`).
     pub peer_uid: Option<u32>,
+    /// `--scope host`: the sandbox shares the host's kernel, so the agent
+    /// enters a Landlock domain scoping signals and abstract Unix sockets
+    /// (where the kernel has scopes): nothing in the sandbox reaches a host
+    /// process or a host abstract socket (X11's, D-Bus's) even on the
+    /// host's network.
+    pub scope_host: bool,
 }
 
 /// Why the arguments were refused.
@@ -134,6 +140,7 @@ fn parse_args_as(
     let mut results = None;
     let mut pids_max = None;
     let mut peer_uid = None;
+    let mut scope = None;
     while let Some(arg) = args.next() {
         let bytes = arg.as_bytes();
         if bytes == b"--help" || bytes == b"-h" {
@@ -153,6 +160,7 @@ fn parse_args_as(
             "--results" => &mut results,
             "--pids-max" => &mut pids_max,
             "--peer-uid" => &mut peer_uid,
+            "--scope" => &mut scope,
             _ => return Err(usage(format!("unknown argument {name}"))),
         };
         let value = match inline.or_else(|| args.next()) {
@@ -199,12 +207,23 @@ fn parse_args_as(
                 })?,
         ),
     };
+    let scope_host = match scope {
+        None => false,
+        Some(s) if s == "host" => true,
+        Some(s) => {
+            return Err(usage(format!(
+                "--scope takes host, not {}",
+                s.to_string_lossy()
+            )))
+        }
+    };
     Ok(Config {
         listen,
         root: root.map_or_else(|| PathBuf::from("/"), PathBuf::from),
         results: results.map_or_else(|| PathBuf::from("/results"), PathBuf::from),
         pids_max,
         peer_uid,
+        scope_host,
     })
 }
 
@@ -232,6 +251,15 @@ mod tests {
         assert_eq!(c.listen.to_string(), "fd:3");
         assert_eq!(c.pids_max, Some(4096));
         assert_eq!(c.peer_uid, None, "every peer unless asked");
+    }
+
+    #[test]
+    fn scope_takes_host_and_nothing_else() {
+        assert!(!parse(&["--listen", "fd:3"], false).unwrap().scope_host);
+        let c = parse(&["--listen", "fd:3", "--scope", "host"], false).unwrap();
+        assert!(c.scope_host);
+        let e = parse(&["--listen", "fd:3", "--scope", "all"], false).unwrap_err();
+        assert!(e.to_string().contains("--scope takes host"), "{e}");
     }
 
     #[test]

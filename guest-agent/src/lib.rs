@@ -30,11 +30,13 @@
 //!
 //! # Module map
 //!
-//! `cli` (arguments) → `agent` (startup, with `limits`; shutdown) →
+//! `cli` (arguments) → `agent` (startup, with `limits` and `landlock`'s
+//! own domain; shutdown) →
 //! `gate` (accept loop, cap, session headers) → `workers` → `session` (one
 //! connection) → `putfile` / `files` (file frames, paths via `beneath`)
 //! and `exec` + `pump` + `stdin` (one process, started by `spawn` through
-//! `fastspawn` (posix_spawn) or std's `Command`, with `pty` and `reaper`;
+//! `fastspawn` (posix_spawn) or std's `Command` (an isolated exec entering
+//! its own `landlock` domain), with `pty` and `reaper`;
 //! its whole session killed at the end by `sweep`). `conn` is one
 //! session's buffered, non-blocking socket and its framing; `fdio` holds
 //! raw-fd helpers; `init`, `rootfs` (`--rootfs`: mount the image
@@ -58,6 +60,7 @@ mod fdio;
 mod files;
 mod gate;
 mod init;
+mod landlock;
 mod limits;
 mod listen;
 mod loopback;

@@ -119,9 +119,12 @@ pub fn spawn(
     let cwd: &[u8] = if exec.cwd.is_empty() { b"/" } else { &exec.cwd };
     check_cwd(cwd)?;
     let env = environment(exec, pty.is_some());
+    // An isolated exec enters its domain between fork and exec: the std
+    // path's hook, which posix_spawn has no place for.
+    let isolated = exec.flags & Exec::ISOLATE != 0;
     let fast = match pty {
-        None => spawn_fast(exec, cwd, &env, registry, slot)?,
-        Some(_) => None,
+        None if !isolated => spawn_fast(exec, cwd, &env, registry, slot)?,
+        _ => None,
     };
     let spawned = match fast {
         Some(spawned) => spawned,
@@ -246,6 +249,7 @@ fn spawn_std(
                 .map_err(|errno| SpawnError::Os { errno, what })?;
             let mut via_sh = Exec::new("/bin/sh", [script]);
             via_sh.args.extend(exec.args.iter().cloned());
+            via_sh.flags = exec.flags;
             spawn_std_once(&via_sh, cwd, env, pty, registry, slot)
         }
         r => r,
@@ -269,10 +273,17 @@ fn spawn_std_once(
                 .map(|(k, v)| (OsStr::from_bytes(k), OsStr::from_bytes(v))),
         );
     let with_tty = pty.is_some();
+    // Made (once) before the fork: the child only applies it. Without
+    // Landlock an isolated exec runs unsealed (the agent said so once).
+    let domain = if exec.flags & Exec::ISOLATE != 0 {
+        crate::landlock::exec_domain()
+    } else {
+        None
+    };
     // SAFETY: the closure runs in the forked child before exec; it calls
     // only async-signal-safe functions (rt_sigaction, sigprocmask, setsid,
-    // ioctl) and allocates nothing.
-    unsafe { cmd.pre_exec(move || child_setup(with_tty)) };
+    // ioctl, landlock_restrict_self) and allocates nothing.
+    unsafe { cmd.pre_exec(move || child_setup(with_tty, domain)) };
 
     let master = match pty {
         Some(ws) => {
@@ -352,6 +363,12 @@ fn pidfd_open(pid: i32) -> Option<OwnedFd> {
 
 /// Refuses what the kernel cannot carry: NUL bytes, empty or `=` keys.
 fn validate(exec: &Exec) -> Result<(), SpawnError> {
+    if exec.flags & !Exec::KNOWN_FLAGS != 0 {
+        return Err(SpawnError::Invalid(format!(
+            "unknown exec flags {:#x}",
+            exec.flags & !Exec::KNOWN_FLAGS
+        )));
+    }
     let nul = |b: &[u8]| b.contains(&0);
     if nul(&exec.command) || exec.args.iter().any(|a| nul(a)) || nul(&exec.cwd) {
         return Err(SpawnError::Invalid(
@@ -385,9 +402,10 @@ fn check_cwd(cwd: &[u8]) -> Result<(), SpawnError> {
 
 /// In the child, between fork and exec: default dispositions for every
 /// signal (an ignored one would survive exec), an empty mask, a new
-/// session (so the child leads its own process group), and the PTY as
-/// controlling terminal.
-fn child_setup(with_tty: bool) -> io::Result<()> {
+/// session (so the child leads its own process group), the PTY as
+/// controlling terminal, and for an isolated exec a Landlock domain of its
+/// own.
+fn child_setup(with_tty: bool, domain: Option<&crate::landlock::Domain>) -> io::Result<()> {
     // The raw syscall, not libc's sigaction: glibc refuses to touch the
     // two real-time signals it reserves (32, 33), yet an ignored one is
     // inherited through exec like any other. An all-zero kernel sigaction
@@ -426,6 +444,9 @@ fn child_setup(with_tty: bool) -> io::Result<()> {
     // int argument; 0 means do not steal another session's terminal.
     if with_tty && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
         return Err(io::Error::last_os_error());
+    }
+    if let Some(domain) = domain {
+        domain.enter()?;
     }
     Ok(())
 }

@@ -1484,3 +1484,80 @@ fn memory_mb_limits_the_sandbox_and_an_oom_killed_process_reports_it() {
         "the copy finished"
     );
 }
+
+/// The Landlock ABI of the kernel that runs a spawn: the host's, or on a VM
+/// the guest's (read inside it); 0 without Landlock.
+fn landlock_abi(p: &mut client::Pipe, ev: &mut client::Events) -> i64 {
+    if !client::on_vm() {
+        // SAFETY: with a null attribute and size 0 the call only returns
+        // the ABI version; no memory is touched.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u8>(),
+                0usize,
+                1u32,
+            )
+        };
+        return abi.max(0);
+    }
+    // The guest kernel's: its LSM list says whether Landlock is there at
+    // all, and 6.1 (the images' kernel) has ABI 2, which has no scopes.
+    p.sh("abi", "s", "cat /sys/kernel/security/lsm 2>/dev/null; echo");
+    ev.exit_of("abi");
+    if ev.text("stdout", "abi").contains("landlock") {
+        2
+    } else {
+        0
+    }
+}
+
+#[test]
+fn a_session_cannot_read_another_sessions_environment_or_signal_its_processes() {
+    let c = Cowork::start();
+    let mut p = c.boot("peers");
+    let mut ev = c.events("peers");
+    let abi = landlock_abi(&mut p, &mut ev);
+    // Session a: a token in its environment, a process that waits.
+    p.call(
+        "spawn",
+        json!({"id": "a", "name": "a", "command": "/bin/sh",
+               "args": ["-c", "echo $$; exec sleep 60"],
+               "oauthToken": "peer-SECRET-7"}),
+    );
+    let first = ev.until("a's pid", |v| v["type"] == "stdout" && v["id"] == "a");
+    let pid: u32 = first["data"].as_str().unwrap().trim().parse().unwrap();
+    // Session b, of the same profile: reads a's environment, signals it.
+    let script = format!(
+        "if cat /proc/{pid}/environ >/dev/null 2>&1; then echo read; else echo unreadable; fi; \
+         if kill -0 {pid} 2>/dev/null; then echo signalled; else echo unsignalled; fi; \
+         readlink /proc/{pid}/cwd >/dev/null 2>&1 && echo cwd || echo nocwd"
+    );
+    p.call(
+        "spawn",
+        json!({"id": "b", "name": "b", "command": "/bin/sh", "args": ["-c", script]}),
+    );
+    assert_eq!(ev.exit_of("b")["exitCode"], 0, "{:?}", ev.seen);
+    let out = ev.text("stdout", "b");
+    assert!(!out.contains("peer-SECRET-7"), "{out}");
+    if abi == 0 {
+        println!("skipped: no Landlock in this kernel; sessions are not sealed ({out:?})");
+        return;
+    }
+    assert!(
+        out.contains("unreadable\n"),
+        "session b read a's environ: {out}"
+    );
+    assert!(out.contains("nocwd\n"), "session b followed a's cwd: {out}");
+    if abi >= 6 {
+        assert!(
+            out.contains("unsignalled\n"),
+            "session b signalled a: {out}"
+        );
+    } else {
+        println!("skipped: Landlock ABI {abi} has no signal scope; only ptrace access was checked");
+    }
+    // And a's own process still is a's to end: the server kills it.
+    p.call("kill", json!({"id": "a", "signal": "SIGKILL"}));
+    ev.exit_of("a");
+}

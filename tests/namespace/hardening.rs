@@ -470,3 +470,47 @@ fn the_agent_greets_its_sandboxs_owner_and_closes_on_any_other_uid_unanswered() 
         "{log}"
     );
 }
+
+#[test]
+fn on_the_hosts_network_a_sandbox_reaches_no_host_abstract_socket_where_landlock_scopes_it() {
+    use std::os::linux::net::SocketAddrExt;
+    // SAFETY: with a null attribute and size 0 the call only returns the
+    // Landlock ABI version; no memory is touched.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    // A stand-in for the X server's `@/tmp/.X11-unix/X0` or a D-Bus bus.
+    let name = support::unique("boxdesk-test-abstract");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let host = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    host.set_nonblocking(true).unwrap();
+    let env = TestEnv::new();
+    let sb = env.start("abstract", &["--net"]);
+    let script = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         try:\n    s.connect('\\0{name}')\n    print('connected')\n\
+         except OSError as e:\n    print('refused', e.errno)\n\
+         own = socket.socket(socket.AF_UNIX)\n\
+         own.bind('\\0inside-{name}')\n\
+         own.listen()\n\
+         socket.socket(socket.AF_UNIX).connect('\\0inside-{name}')\n\
+         print('own ok')\n"
+    );
+    let out = sb.exec(&["python3", "-c", &script]);
+    assert_eq!(out.code(), 0, "{out}");
+    if abi < 6 {
+        println!("skipped: Landlock ABI {abi} has no abstract-socket scope here");
+        return;
+    }
+    assert_eq!(out.stdout, "refused 1\nown ok\n", "{out}");
+    assert!(
+        host.accept().is_err(),
+        "the host's socket took a connection"
+    );
+}

@@ -20,6 +20,7 @@ fn exec_is_command_args_cwd_env_and_timeout_in_that_order() {
         cwd: b"/w".to_vec(),
         env: vec![(b"K".to_vec(), SecretBytes::from("v"))],
         timeout_ms: 0x0102_0304,
+        flags: 0,
     };
     #[rustfmt::skip]
     let wire = [
@@ -35,6 +36,38 @@ fn exec_is_command_args_cwd_env_and_timeout_in_that_order() {
         4, 3, 2, 1,                 // timeout_ms LE
     ];
     check(Frame::Exec(exec), &wire);
+}
+
+#[test]
+fn flags_follow_an_exec_and_a_pty_execs_window_size_only_when_set() {
+    let exec = Exec {
+        command: b"x".to_vec(),
+        flags: Exec::ISOLATE,
+        ..Exec::default()
+    };
+    #[rustfmt::skip]
+    let wire = [
+        1, 25, 0, 0, 0,             // tag 1, len 25
+        1, 0, 0, 0, b'x',           // command
+        0, 0, 0, 0,                 // no args
+        0, 0, 0, 0,                 // cwd
+        0, 0, 0, 0,                 // no env
+        0, 0, 0, 0,                 // timeout_ms
+        1, 0, 0, 0,                 // flags: ISOLATE
+    ];
+    check(Frame::Exec(exec.clone()), &wire);
+    #[rustfmt::skip]
+    let pty = [
+        9, 29, 0, 0, 0,             // tag 9, len 29
+        1, 0, 0, 0, b'x',
+        0, 0, 0, 0,
+        0, 0, 0, 0,
+        0, 0, 0, 0,
+        0, 0, 0, 0,
+        80, 0, 24, 0,               // cols, rows
+        1, 0, 0, 0,                 // flags: ISOLATE
+    ];
+    check(Frame::ExecPty(exec, WinSize { cols: 80, rows: 24 }), &pty);
 }
 
 #[test]

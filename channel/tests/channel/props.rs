@@ -15,8 +15,9 @@ fn exec() -> impl Strategy<Value = Exec> {
         bytes(16),
         prop::collection::vec((bytes(8), bytes(8)), 0..4),
         any::<u32>(),
+        any::<u32>(),
     )
-        .prop_map(|(command, args, cwd, env, timeout_ms)| Exec {
+        .prop_map(|(command, args, cwd, env, timeout_ms, flags)| Exec {
             command,
             args,
             cwd,
@@ -25,6 +26,7 @@ fn exec() -> impl Strategy<Value = Exec> {
                 .map(|(k, v)| (k, SecretBytes::new(v)))
                 .collect(),
             timeout_ms,
+            flags,
         })
 }
 

@@ -26,6 +26,7 @@ fn non_utf8_exec() -> Exec {
         cwd: b"/tmp/\xe9".to_vec(),
         env: vec![(b"K\xff".to_vec(), SecretBytes::new(vec![0, 0xff, 0xc0]))],
         timeout_ms: u32::MAX,
+        flags: Exec::ISOLATE,
     }
 }
 

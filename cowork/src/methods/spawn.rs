@@ -120,6 +120,10 @@ pub(super) async fn spawn(server: &Arc<Server>, p: &Arc<Profile>, s: SpawnParams
         cwd: cwd.into_bytes(),
         env,
         timeout_ms: 0,
+        // Sessions of one profile share a sandbox: each spawn gets a
+        // Landlock domain of its own, so none reads another's environment
+        // (its OAuth token) or signals its processes.
+        flags: Exec::ISOLATE,
     };
     let key = s.id.key();
     let (generation, inbox) = p.procs.register(&key, &s.name, s.one_shot)?;

@@ -187,3 +187,25 @@ fn a_process_that_ends_well_before_its_timeout_gets_its_exit() {
     assert_eq!((r.exit, r.timed_out), (Some(0), false));
     assert!(start.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn an_isolated_exec_runs_as_any_other_and_an_unknown_flag_is_refused() {
+    let agent = Agent::start();
+    let mut isolated = sh("echo sealed; exit 3");
+    isolated.flags = Exec::ISOLATE;
+    let r = agent.run(isolated);
+    assert_eq!(r.errors, Vec::<String>::new());
+    assert_eq!(r.stdout, b"sealed\n");
+    assert_eq!(r.exit, Some(3));
+    let mut unknown = sh("echo never");
+    unknown.flags = 1 << 7;
+    let r = agent.run(unknown);
+    assert_eq!(r.exit, None);
+    assert!(
+        r.errors
+            .first()
+            .is_some_and(|e| e.starts_with("EINVAL: unknown exec flags 0x80")),
+        "{:?}",
+        r.errors
+    );
+}

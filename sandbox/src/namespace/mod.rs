@@ -410,6 +410,13 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     // Only this user's connections are served: the socket file is in this
     // user's state dir, which root could still reach.
     push(&[&"--peer-uid", &nix::unistd::geteuid().as_raw().to_string()]);
+    // Sealed from the host's processes and abstract sockets (Landlock
+    // scopes, Linux 6.12+): it shares the host's kernel, and with --net its
+    // network namespace. Not an OCI container: a pod's containers may talk
+    // over abstract sockets across their sandboxes.
+    if spec.container.is_none() {
+        push(&[&"--scope", &"host"]);
+    }
     push(&[&"--root", &"/", &"--results", &"/results"]);
     push(&[&"--pids-max", &spec.pids_max.to_string()]);
     a
