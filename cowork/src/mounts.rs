@@ -16,7 +16,9 @@
 //!
 //! Paths from the client are resolved by [`resolve_in_home`]: lexically
 //! under the user's home, no `..`, then opened beneath the home directory
-//! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside. A source
+//! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside; an
+//! absolute link is followed and the directory reached must lie beneath
+//! home. A source
 //! that does not exist is an error: nothing is ever created in the user's
 //! folders. Mount targets, in the sandboxes' (0700) dirs, are made 0700,
 //! the sandbox's, and opened by [`dir_beneath`] without following any symlink, because
@@ -236,7 +238,9 @@ pub fn rel_to_home(home: &Path, path: &str) -> Result<PathBuf, MountError> {
 
 /// Opens the existing directory `path` (relative to `/`) beneath `home`
 /// as an `O_PATH` descriptor; `..`, paths outside home, symlinks leading
-/// outside and missing directories are refused, and nothing is created.
+/// outside and missing directories are refused, and nothing is created. A
+/// link that stays beneath home, absolute or relative, is followed: the
+/// check is on the directory the descriptor holds, so nothing can swap it.
 pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
     let rel = rel_to_home(home, path)?;
     let home_fd = open_dir(home)?;
@@ -244,13 +248,31 @@ pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    walk(
+    let beneath = walk(
         &home_fd,
         &names,
         home,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
         false,
-    )
+    );
+    match beneath {
+        // An absolute link (`~/code -> /home/u/src/code`), which
+        // RESOLVE_BENEATH refuses even when it stays inside: followed, and
+        // the directory it reached must still lie beneath home.
+        Err(MountError::Os { error, .. }) if error.raw_os_error() == Some(libc::EXDEV) => {
+            let fd = walk(&home_fd, &names, home, libc::RESOLVE_NO_MAGICLINKS, false)?;
+            let real = real_path(&fd).map_err(os("naming", home))?;
+            let real_home = std::fs::canonicalize(home).map_err(os("naming", home))?;
+            if !real.starts_with(&real_home) {
+                return Err(MountError::OutsideHome {
+                    path: path.into(),
+                    home: home.to_owned(),
+                });
+            }
+            Ok(fd)
+        }
+        r => r,
+    }
 }
 
 /// Opens (creating as needed, 0700 and the sandbox's: `base` is always one
@@ -594,15 +616,27 @@ mod tests {
     }
 
     #[test]
-    fn a_symlink_leading_out_of_home_is_refused() {
+    fn a_link_is_followed_where_it_lands_beneath_home_and_refused_where_it_leaves() {
         let t = tempfile::tempdir().unwrap();
         let home = t.path().join("home");
         std::fs::create_dir_all(home.join("real")).unwrap();
         std::os::unix::fs::symlink("/etc", home.join("esc")).unwrap();
         std::os::unix::fs::symlink("real", home.join("inside")).unwrap();
+        // Absolute, and back inside home: followed, as the design says.
+        std::os::unix::fs::symlink(home.join("real"), home.join("abs")).unwrap();
+        // Absolute, out and back in through a link outside home: still
+        // judged by where it lands.
+        std::os::unix::fs::symlink(t.path(), home.join("up")).unwrap();
         let rel = |p: &str| format!("{}/{p}", home.display());
         assert!(resolve_in_home(&home, &rel("real")).is_ok());
         assert!(resolve_in_home(&home, &rel("inside")).is_ok());
+        let abs = resolve_in_home(&home, &rel("abs")).unwrap();
+        assert_eq!(
+            real_path(&abs).unwrap(),
+            home.join("real").canonicalize().unwrap()
+        );
+        assert!(resolve_in_home(&home, &rel("up/home/real")).is_ok());
+        assert!(resolve_in_home(&home, &rel("up")).is_err());
         assert!(resolve_in_home(&home, &rel("esc")).is_err());
     }
 

@@ -401,26 +401,30 @@ fn detached_run_exec_cp_ls_and_stop_work_together() {
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
-        &row[..6],
+        &row[..5],
         [
             name.as_str(),
             "namespace",
             "namespaces",
             "running",
-            // A namespace sandbox has no CPU or memory limit unless asked.
+            // A namespace sandbox has no CPU limit unless asked.
             "-",
-            "-"
         ]
     );
+    // Its memory limit is half the host's RAM where a cgroup holds it.
+    let mem = &env.info(&name).get("mem_mib").map(|m| format!("{m}M"));
+    assert_eq!(row[5], mem.as_deref().unwrap_or("-"), "{row:?}");
     let out = env.run(["ls", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 1);
     assert_eq!(v[0]["name"], name.as_str());
     assert_eq!(v[0]["backend"], "namespace");
     assert_eq!(v[0]["isolation"], "namespaces");
-    assert!(
-        v[0].get("vcpus").is_none() && v[0].get("mem_mib").is_none(),
-        "{v}"
+    assert!(v[0].get("vcpus").is_none(), "{v}");
+    assert_eq!(
+        v[0].get("mem_mib").is_some(),
+        v[0].get("mem_source").is_some_and(|s| s == "default"),
+        "a memory limit nobody asked for is the default: {v}"
     );
     assert_eq!(v[0]["pids_max"], 4096);
 

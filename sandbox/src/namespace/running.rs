@@ -448,7 +448,7 @@ fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
             if asked_mem.is_none() {
                 if let Some(m) = cg.enforced().mem_mib {
                     info.push(("mem_mib", m.to_string()));
-                    info.push(("mem_default", "half the host's RAM".to_owned()));
+                    info.push(("mem_source", "default".to_owned()));
                 }
             }
             if !cg.unenforced().is_empty() {
