@@ -1489,17 +1489,7 @@ fn memory_mb_limits_the_sandbox_and_an_oom_killed_process_reports_it() {
 /// the guest's (read inside it); 0 without Landlock.
 fn landlock_abi(p: &mut client::Pipe, ev: &mut client::Events) -> i64 {
     if !client::on_vm() {
-        // SAFETY: with a null attribute and size 0 the call only returns
-        // the ABI version; no memory is touched.
-        let abi = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<u8>(),
-                0usize,
-                1u32,
-            )
-        };
-        return abi.max(0);
+        return crate::support::landlock_abi();
     }
     // The guest kernel's: its LSM list says whether Landlock is there at
     // all, and 6.1 (the images' kernel) has ABI 2, which has no scopes.

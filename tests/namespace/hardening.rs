@@ -474,16 +474,7 @@ fn the_agent_greets_its_sandboxs_owner_and_closes_on_any_other_uid_unanswered() 
 #[test]
 fn on_the_hosts_network_a_sandbox_reaches_no_host_abstract_socket_where_landlock_scopes_it() {
     use std::os::linux::net::SocketAddrExt;
-    // SAFETY: with a null attribute and size 0 the call only returns the
-    // Landlock ABI version; no memory is touched.
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
+    let abi = support::landlock_abi();
     // A stand-in for the X server's `@/tmp/.X11-unix/X0` or a D-Bus bus.
     let name = support::unique("boxdesk-test-abstract");
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();

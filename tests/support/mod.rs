@@ -471,3 +471,19 @@ pub fn wait_exit(child: &mut Child) -> ExitStatus {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The Landlock ABI of this kernel (6 and up scope signals and abstract
+/// sockets); 0 without Landlock.
+pub fn landlock_abi() -> i64 {
+    // SAFETY: with a null attribute and size 0 the call only returns the
+    // ABI version; no memory is touched.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    abi.max(0)
+}
