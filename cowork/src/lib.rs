@@ -232,18 +232,12 @@ fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, CoworkError> {
     }
 }
 
-/// Clears what a killed server or helper of this user left: lock files no
-/// process holds and state trees half removed. On a thread of its own, off
+/// [`boxdesk_sandbox::keeper::sweep_leftovers`] on a thread of its own, off
 /// the start's path: a deep tree takes a while.
 fn sweep_leftovers() {
-    let spawned = std::thread::Builder::new().name("sweep".into()).spawn(|| {
-        if let Ok(runtime) = dirs::runtime_dir() {
-            boxdesk_sandbox::lock::NameLock::sweep(&runtime);
-        }
-        if let Ok(state) = dirs::state_dir() {
-            boxdesk_sandbox::trash::sweep(&state);
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("sweep".into())
+        .spawn(boxdesk_sandbox::keeper::sweep_leftovers);
     if let Err(e) = spawned {
         tracing::warn!("cannot start the leftover sweep: {e}");
     }

@@ -428,3 +428,16 @@ impl Controlled for Keeper {
         self.sandbox.get()?.input()
     }
 }
+
+/// Clears what killed helpers (or a killed cowork server) of this user
+/// left: lock files in the runtime dir no process holds, and state trees
+/// whose remover died ([`crate::trash::sweep`]; one still being removed is
+/// left to its remover).
+pub fn sweep_leftovers() {
+    if let Ok(runtime) = dirs::runtime_dir() {
+        NameLock::sweep(&runtime);
+    }
+    if let Ok(state_root) = dirs::state_dir() {
+        crate::trash::sweep(&state_root);
+    }
+}

@@ -247,7 +247,7 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
                 return Err(e.into());
             };
             clean_up_after(name, &paths, &state);
-            sweep_leftovers(&runtime);
+            boxdesk_sandbox::keeper::sweep_leftovers();
             return Ok(0);
         }
     };
@@ -303,18 +303,8 @@ pub fn stop(name: &str) -> anyhow::Result<i32> {
     }
     let _ = socket::clear_if_stale(&paths.sock);
     let _ = socket::clear_if_stale(&paths.agent);
-    sweep_leftovers(&runtime);
+    boxdesk_sandbox::keeper::sweep_leftovers();
     Ok(0)
-}
-
-/// What killed helpers left: lock files nobody holds, and state trees a
-/// helper was killed while removing (one still being removed is left to
-/// its remover).
-fn sweep_leftovers(runtime: &std::path::Path) {
-    NameLock::sweep(runtime);
-    if let Ok(state_root) = dirs::state_dir() {
-        boxdesk_sandbox::trash::sweep(&state_root);
-    }
 }
 
 /// What a sandbox whose keeper is gone left (state dir, log, cgroup, stale

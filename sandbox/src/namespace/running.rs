@@ -401,8 +401,9 @@ type Limits = (
 /// child joins, and what `info` says of the limits. The pids cap also
 /// holds without a cgroup: the agent sets RLIMIT_NPROC in the sandbox's
 /// user namespace. Without `--mem`, a sandbox (not an OCI container) is
-/// capped at half the host's RAM where a cgroup can hold it. A `--mem` or `--cpus` that cannot be
-/// held is refused when the spec requires its limits.
+/// capped at half the host's RAM where a cgroup can hold it. A `--mem` or
+/// `--cpus` that cannot be held is refused when the spec requires its
+/// limits.
 fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
     let container = spec.container.as_ref();
     let asked_mem = spec.resources.mem_mib.map(u64::from);
@@ -416,24 +417,26 @@ fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
         pids: Some(spec.resources.pids),
         cpu_shares: container.and_then(|c| c.cpu_shares),
     };
-    let required = spec.resources.limits_required;
+    // The limits that must hold or be refused: the flags the user typed.
+    let required: Vec<&str> = [
+        (asked_mem.is_some(), "--mem"),
+        (spec.resources.cpus.is_some(), "--cpus"),
+    ]
+    .into_iter()
+    .filter_map(|(asked, flag)| (asked && spec.resources.limits_required).then_some(flag))
+    .collect();
     let mut info = Vec::new();
     match cgroup::create(name, &wanted)? {
         cgroup::Placement::Enforced(cg) => {
-            let missed: Vec<&String> = cg
+            // Each unenforced entry starts with its flag (`--mem: why`).
+            let missed: Vec<&str> = cg
                 .unenforced()
                 .iter()
-                .filter(|why| {
-                    (asked_mem.is_some() && why.starts_with("--mem"))
-                        || (spec.resources.cpus.is_some() && why.starts_with("--cpus"))
-                })
+                .map(String::as_str)
+                .filter(|why| required.iter().any(|flag| why.starts_with(flag)))
                 .collect();
-            if required && !missed.is_empty() {
-                let why = missed
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; ");
+            if !missed.is_empty() {
+                let why = missed.join("; ");
                 if let Err(e) = cg.remove() {
                     tracing::warn!("removing the sandbox's cgroup: {e}");
                 }
@@ -458,17 +461,10 @@ fn limits(name: &str, spec: &SandboxSpec) -> Result<Limits, RunError> {
             Ok((Some(cg), fds, info))
         }
         cgroup::Placement::Unenforced { why } => {
-            let asked: Vec<&str> = [
-                (asked_mem.is_some(), "--mem"),
-                (spec.resources.cpus.is_some(), "--cpus"),
-            ]
-            .into_iter()
-            .filter_map(|(on, flag)| on.then_some(flag))
-            .collect();
-            if required && !asked.is_empty() {
+            if !required.is_empty() {
                 return Err(RunError::Unenforceable(format!(
                     "{}: {why}",
-                    asked.join(" or ")
+                    required.join(" or ")
                 )));
             }
             info.push(("limits", "unenforced".to_owned()));
