@@ -57,7 +57,10 @@ bash scripts/agent-smoke.sh
 
 step "cargo test (as $(id -un))"
 # The nested-KVM self-tests run in their own step below, with their setup.
-BOXDESK_NESTED=0 cargo test --workspace --locked
+# --show-output: a passing test's output is printed under its name, so a
+# test that printed `skipped:` and returned is counted as skipped, not
+# passed, in the closing line.
+BOXDESK_NESTED=0 cargo test --workspace --locked -- --show-output
 
 step "boxdesk-hv and boxdesk for aarch64-apple-darwin (HVF, macOS) and aarch64-unknown-linux-gnu (KVM arm64): check + clippy"
 bash hv/check-cross.sh
@@ -90,6 +93,4 @@ if rustup toolchain list | grep -q '^nightly' && command -v cargo-fuzz >/dev/nul
 else
   echo "skipped: no nightly toolchain or cargo-fuzz here; the device and loader targets' regressions were replayed by cargo test above (boxdesk-devices *::fuzzing, boxdesk-vmm arch::fuzzing)"
 fi
-# One closing line for the whole run: the sum of every `test result:` line.
-awk '/^test result: /{ for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-  END { printf "all: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+bash scripts/tally.sh "$log"

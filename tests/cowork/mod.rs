@@ -1532,13 +1532,13 @@ fn a_session_cannot_read_another_sessions_environment_or_signal_its_processes() 
         "session b read a's environ: {out}"
     );
     assert!(out.contains("nocwd\n"), "session b followed a's cwd: {out}");
+    // Signals are sealed only where Landlock scopes them (ABI 6, Linux
+    // 6.12); before that, sealing reads is the whole promise (README).
     if abi >= 6 {
         assert!(
             out.contains("unsignalled\n"),
             "session b signalled a: {out}"
         );
-    } else {
-        println!("skipped: Landlock ABI {abi} has no signal scope; only ptrace access was checked");
     }
     // And a's own process still is a's to end: the server kills it.
     p.call("kill", json!({"id": "a", "signal": "SIGKILL"}));
