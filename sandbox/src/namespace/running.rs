@@ -133,7 +133,17 @@ struct Inner {
     /// how it ended (`exit status: 1`) once what the sandbox made is undone.
     end: Mutex<EndState>,
     end_cv: Condvar,
-    cgroup: Arc<Mutex<Option<cgroup::Cgroup>>>,
+    cgroup: Arc<Mutex<CgroupSlot>>,
+}
+
+/// The sandbox's cgroup while it lives, and the OOM kills it had counted
+/// when it was removed: a client asking why its session ended after the
+/// sandbox went (its monitor killed at the memory limit) still gets the
+/// answer.
+#[derive(Debug)]
+struct CgroupSlot {
+    live: Option<cgroup::Cgroup>,
+    oom_kills_at_removal: Option<u64>,
 }
 
 impl NamespaceSandbox {
@@ -194,11 +204,16 @@ impl NamespaceSandbox {
         more.push(("pids_max", ns.pids_max.to_string()));
         more.push(("tmp_mib", (ns.tmp_bytes >> 20).to_string()));
         more.push(("shares", Share::info_word(&spec.shares)));
-        let cgroup = Arc::new(Mutex::new(cgroup));
+        let cgroup = Arc::new(Mutex::new(CgroupSlot {
+            live: cgroup,
+            oom_kills_at_removal: None,
+        }));
         let undo_cgroup = {
             let cgroup = Arc::clone(&cgroup);
             move || {
-                if let Some(cg) = lock(&cgroup).take() {
+                let mut slot = lock(&cgroup);
+                if let Some(cg) = slot.live.take() {
+                    slot.oom_kills_at_removal = Some(cg.oom_kills());
                     if let Err(e) = cg.remove() {
                         tracing::warn!("removing the sandbox's cgroup: {e}");
                     }
@@ -277,9 +292,14 @@ impl NamespaceSandbox {
         self.inner.pid
     }
 
-    /// OOM kills in the sandbox so far, where a cgroup enforces its limits.
+    /// OOM kills in the sandbox so far, where a cgroup enforces its limits
+    /// (once the sandbox has ended, the count its cgroup ended with).
     pub fn oom_kills(&self) -> Option<u64> {
-        lock(&self.inner.cgroup).as_ref().map(|c| c.oom_kills())
+        let slot = lock(&self.inner.cgroup);
+        match &slot.live {
+            Some(c) => Some(c.oom_kills()),
+            None => slot.oom_kills_at_removal,
+        }
     }
 }
 

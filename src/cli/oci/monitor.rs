@@ -353,6 +353,11 @@ impl Created {
                 if !keeper.ending() {
                     let _ = keeper.end(End::Stop);
                     tracing::info!("the sandbox ended: {ended:?}");
+                    if sandbox.oom_kills().is_some_and(|n| n > 0) {
+                        eprintln!(
+                            "boxdesk-oci: the container was killed by the out-of-memory killer at its memory limit"
+                        );
+                    }
                     std::process::exit(137);
                 }
             });
