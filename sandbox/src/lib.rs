@@ -38,6 +38,7 @@ pub mod conn;
 pub mod container;
 pub mod control;
 pub mod forward;
+pub mod host_system;
 pub mod keeper;
 pub mod lock;
 pub mod log;

@@ -184,6 +184,11 @@ pub struct SandboxSpec {
     /// the sandbox is that container. A backend that cannot honour one
     /// refuses the spec.
     pub container: Option<crate::container::Layout>,
+    /// The `/etc/resolv.conf` of a private network whose owner answers DNS
+    /// inside ([`Sandbox::dns_sockets`]), placed wherever the host's
+    /// `/etc/resolv.conf` leads; `None`: the host's resolver, as on the
+    /// host ([`crate::host_system`]).
+    pub resolv_conf: Option<String>,
 }
 
 impl SandboxSpec {
@@ -202,6 +207,7 @@ impl SandboxSpec {
             relays: Vec::new(),
             display: None,
             container: None,
+            resolv_conf: None,
         }
     }
 

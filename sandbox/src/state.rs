@@ -243,6 +243,11 @@ impl StateDir {
     pub fn results(&self) -> PathBuf {
         self.dir.join("results")
     }
+    /// The sandbox's copies of the host's `/etc` files whose links would
+    /// dangle inside ([`crate::host_system::EtcFiles`]).
+    pub fn etc(&self) -> PathBuf {
+        self.dir.join("etc")
+    }
     /// Where the helper binds the agent's listening socket (never visible
     /// inside the sandbox).
     pub fn agent_sock(&self) -> PathBuf {

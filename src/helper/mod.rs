@@ -237,6 +237,7 @@ fn namespace(spec: &SandboxSpec, keeper: &Keeper) -> Result<Box<dyn Sandbox>, He
         agent_sock: keeper.state().agent_sock(),
         front: Some(keeper.paths().agent.clone()),
         log: keeper.paths().log.clone(),
+        etc: keeper.state().etc(),
     };
     Ok(Box::new(NamespaceSandbox::start(spec, places)?))
 }

@@ -93,48 +93,11 @@ pub enum NamespaceError {
     Spawn(#[source] io::Error),
 }
 
-/// One top-level host entry the sandbox gets read-only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostEntry {
-    /// A directory, bound read-only at the same path.
-    Dir(PathBuf),
-    /// A symlink, recreated with the same target.
-    Symlink {
-        /// Where it is (`/bin`).
-        path: PathBuf,
-        /// What it points to (`usr/bin`).
-        target: PathBuf,
-    },
-}
+pub use crate::host_system::HostEntry;
 
-/// The top-level entries of `root` the sandbox shares: `usr`, `bin`,
-/// `sbin`, `etc` and every `lib*`, in that order, those that exist.
+/// The host's system entries the sandbox shares ([`crate::host_system`]).
 pub fn scan_host(root: &Path) -> io::Result<Vec<HostEntry>> {
-    let mut names: Vec<OsString> = ["usr", "bin", "sbin", "etc"].map(OsString::from).into();
-    let mut libs: Vec<OsString> = fs::read_dir(root)?
-        .filter_map(Result::ok)
-        .map(|e| e.file_name())
-        .filter(|n| n.as_encoded_bytes().starts_with(b"lib"))
-        .collect();
-    libs.sort();
-    names.extend(libs);
-    let mut out = Vec::new();
-    for name in names {
-        let host = root.join(&name);
-        let inside = Path::new("/").join(&name);
-        let Ok(meta) = fs::symlink_metadata(&host) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            out.push(HostEntry::Symlink {
-                path: inside,
-                target: fs::read_link(&host)?,
-            });
-        } else if meta.is_dir() {
-            out.push(HostEntry::Dir(inside));
-        }
-    }
-    Ok(out)
+    crate::host_system::scan(root)
 }
 
 /// A writable or extra mount inside the sandbox, after the host's
@@ -344,7 +307,7 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
     if spec.container.is_none() {
         // bwrap's new root is already a fresh tmpfs: nothing of the host's
         // `/` is visible unless bound below.
-        for entry in &spec.host {
+        for entry in spec.host.iter().filter(|e| !e.in_run()) {
             match entry {
                 HostEntry::Dir(p) => push(&[&"--ro-bind", p, p]),
                 HostEntry::Symlink { path, target } => push(&[&"--symlink", target, path]),
@@ -361,6 +324,12 @@ pub fn bwrap_args(spec: &Spec, seccomp_programs: usize) -> Vec<OsString> {
         ]);
         push(&[&"--size", &tmp, &"--tmpfs", &"/tmp"]);
         push(&[&"--size", &RUN_BYTES.to_string(), &"--tmpfs", &"/run"]);
+        // NixOS's profile links live in the fresh /run.
+        for entry in spec.host.iter().filter(|e| e.in_run()) {
+            if let HostEntry::Symlink { path, target } = entry {
+                push(&[&"--symlink", target, path]);
+            }
+        }
     }
     for (i, bind) in spec.binds.iter().enumerate() {
         let (flag, inside) = match bind {

@@ -26,7 +26,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
@@ -39,9 +39,10 @@ use nix::sys::signal::{self, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use std::process::Child;
 
-use super::{NamespaceError, Spec};
+use super::{HostEntry, NamespaceError, Spec};
 use crate::cgroup::{self, CgroupError};
 use crate::forward::{self, AgentAddr};
+use crate::host_system::{self, EtcFiles, Placement};
 use crate::keeper::{Keeper, Starter};
 use crate::log;
 use crate::running::{
@@ -66,6 +67,9 @@ pub struct Places {
     pub front: Option<PathBuf>,
     /// The log what the sandbox prints goes to (opened by [`crate::log`]).
     pub log: PathBuf,
+    /// A directory for the sandbox's copies of the host's `/etc` files
+    /// (made when one is needed; [`crate::host_system::EtcFiles`]).
+    pub etc: PathBuf,
 }
 
 /// Why a namespace sandbox could not start (inside
@@ -164,7 +168,26 @@ impl NamespaceSandbox {
         if spec.display.is_some() {
             return Err(RunError::Display);
         }
-        let ns = namespace_spec(spec)?;
+        let mut ns = namespace_spec(spec)?;
+        // The host's /etc files whose links would dangle inside, as
+        // regular files kept current; an OCI container has its own /etc.
+        let etc = match &spec.container {
+            Some(_) => None,
+            None => {
+                let root = Path::new("/");
+                let copies = host_system::etc_copies(root, &ns.host, spec.resolv_conf.as_deref());
+                let files = EtcFiles::prepare(root, &places.etc, &ns.host, copies)
+                    .map_err(os("the sandbox's copies of /etc files"))?;
+                for p in files.placements() {
+                    let (Placement::Dir { host, inside } | Placement::File { host, inside }) = p;
+                    ns.binds.push(super::Bind::Ro {
+                        host: host.clone(),
+                        inside: inside.clone(),
+                    });
+                }
+                Some(files)
+            }
+        };
         if let Some(ws) = &spec.workspace {
             ws.hand_to(Owner {
                 uid: ns.ids.uid,
@@ -204,6 +227,18 @@ impl NamespaceSandbox {
         more.push(("pids_max", ns.pids_max.to_string()));
         more.push(("tmp_mib", (ns.tmp_bytes >> 20).to_string()));
         more.push(("shares", Share::info_word(&spec.shares)));
+        if spec.container.is_none() {
+            let host: Vec<String> = ns
+                .host
+                .iter()
+                .filter(|e| matches!(e, HostEntry::Dir(_)))
+                .map(|e| e.path().display().to_string())
+                .collect();
+            more.push(("host_system", host.join(",")));
+        }
+        if let Some(files) = &etc {
+            more.push(("resolv_conf", resolver_word(spec, files)));
+        }
         let cgroup = Arc::new(Mutex::new(CgroupSlot {
             live: cgroup,
             oom_kills_at_removal: None,
@@ -284,6 +319,9 @@ impl NamespaceSandbox {
             on_end.stop_front();
             on_end.end_cv.notify_all();
         }));
+        if let Some(files) = etc.filter(|f| !f.placements().is_empty()) {
+            keep_current(files, Arc::downgrade(&inner));
+        }
         Ok(NamespaceSandbox { inner })
     }
 
@@ -300,6 +338,45 @@ impl NamespaceSandbox {
             Some(c) => Some(c.oom_kills()),
             None => slot.oom_kills_at_removal,
         }
+    }
+}
+
+/// How often the copies of the host's /etc files are compared with the
+/// host's.
+const ETC_REFRESH: Duration = Duration::from_secs(1);
+
+/// Keeps `files` current with the host's while the sandbox runs, on a
+/// thread of its own (the host's resolver file changes when the network
+/// does).
+fn keep_current(mut files: EtcFiles, sandbox: std::sync::Weak<Inner>) {
+    let spawned = std::thread::Builder::new()
+        .name("etc-copies".into())
+        .stack_size(64 * 1024)
+        .spawn(move || loop {
+            std::thread::sleep(ETC_REFRESH);
+            match sandbox.upgrade() {
+                Some(inner) if !lock(&inner.end).reaped => {}
+                _ => return,
+            }
+            if let Err(e) = files.refresh() {
+                tracing::warn!("refreshing the copies in {}: {e}", files.dir().display());
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("the copies of /etc files will not follow the host's: {e}");
+    }
+}
+
+/// `info`'s word for where the sandbox's resolver comes from: `host` (the
+/// host's `/etc/resolv.conf`, seen live), `host-copy:PATH` (a copy at the
+/// end of the host's link), `boxdesk:PATH` (its owner's resolver), `none`.
+fn resolver_word(spec: &SandboxSpec, files: &EtcFiles) -> String {
+    let copy = files.shown().into_iter().find(|(n, _)| *n == "resolv.conf");
+    match (&spec.resolv_conf, copy) {
+        (Some(_), Some((_, at))) => format!("boxdesk:{}", at.display()),
+        (Some(_), None) => "none".to_owned(),
+        (None, Some((_, at))) => format!("host-copy:{}", at.display()),
+        (None, None) => "host".to_owned(),
     }
 }
 
@@ -745,6 +822,7 @@ impl Starter for NamespaceStarter {
             agent_sock: keeper.state().agent_sock(),
             front: Some(keeper.paths().agent.clone()),
             log: log.to_owned(),
+            etc: keeper.state().etc(),
         };
         Ok(Box::new(NamespaceSandbox::start(spec, places)?))
     }
@@ -780,6 +858,7 @@ mod tests {
             agent_sock: dir.join("agent.sock"),
             front: Some(dir.join("t.agent")),
             log: dir.join("t.log"),
+            etc: dir.join("etc"),
         }
     }
 

@@ -259,6 +259,7 @@ fn create(a: &MonitorArgs) -> anyhow::Result<Created> {
         agent_sock: keeper.state().agent_sock(),
         front: Some(keeper.paths().agent.clone()),
         log: keeper.paths().log.clone(),
+        etc: keeper.state().etc(),
     };
     let started = boxdesk_sandbox::namespace::running::NamespaceSandbox::start(&spec, places);
     let (sandbox, bwrap): (Arc<dyn Sandbox>, u32) = match started {
