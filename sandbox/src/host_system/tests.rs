@@ -218,13 +218,13 @@ fn a_link_to_a_file_directly_in_run_is_placed_as_a_file_not_over_run() {
     assert_eq!(inside, Path::new("/run/resolv.conf"));
     // Refreshed in place: the inode the sandbox sees is the same.
     use std::os::unix::fs::MetadataExt;
-    let ino = fs::metadata(&host).unwrap().ino();
+    let ino = fs::metadata(host).unwrap().ino();
     fs::write(
         root.path().join("run/resolv.conf"),
         "nameserver 127.0.0.3\n",
     )
     .unwrap();
     assert_eq!(files.refresh().unwrap(), 1);
-    assert_eq!(fs::metadata(&host).unwrap().ino(), ino);
-    assert_eq!(fs::read_to_string(&host).unwrap(), "nameserver 127.0.0.3\n");
+    assert_eq!(fs::metadata(host).unwrap().ino(), ino);
+    assert_eq!(fs::read_to_string(host).unwrap(), "nameserver 127.0.0.3\n");
 }
