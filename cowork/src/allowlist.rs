@@ -132,6 +132,12 @@ impl Allowlist {
         parse_host(host).is_some_and(|h| self.permits(&h, port))
     }
 
+    /// Whether an entry names `name` (a hostname, not an address literal)
+    /// on whatever port: a name the sandbox may resolve.
+    pub fn lists_name(&self, name: &str) -> bool {
+        matches!(parse_host(name), Some(h @ Host::Name(_)) if self.lists(&h))
+    }
+
     /// The normalised entries, sorted and comma-joined (used as a key to share one proxy
     /// between sandboxes with the same list).
     pub fn key(&self) -> String {

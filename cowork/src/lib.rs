@@ -34,6 +34,7 @@
 
 pub mod allowlist;
 pub mod app;
+pub mod dns;
 pub mod envelope;
 pub mod events;
 pub mod files;

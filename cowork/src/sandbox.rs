@@ -3,7 +3,8 @@
 //! fast; a sandbox is started once, by `startVM` (host network) or by the
 //! first spawn with a given `allowedDomains` list (a private network whose
 //! only way out is the allowlist proxy, served here on the connections the
-//! sandbox relays from its `127.0.0.1:`[`PROXY_PORT`]).
+//! sandbox relays from its `127.0.0.1:`[`PROXY_PORT`]; the names it lists
+//! resolve inside through [`crate::dns`] where the backend can serve it).
 //!
 //! Each is a [`boxdesk_sandbox::Sandbox`] made by the [`Starter`] the
 //! binary chose (cowork never picks or names a backend), kept by a
@@ -182,6 +183,8 @@ pub struct Sandbox {
     how: Arc<Mutex<Option<String>>>,
     pool: Mutex<Vec<UnixStream>>,
     proxy: Option<tokio::task::JoinHandle<()>>,
+    /// Its resolver ([`crate::dns`]), where the backend can serve one.
+    dns: Option<tokio::task::JoinHandle<()>>,
     /// The rules of its proxy, its only way out.
     allow: Arc<Allowlist>,
 }
@@ -213,7 +216,7 @@ impl Sandbox {
             Net::Filtered(allow) => allow,
         };
         let layout = layout.clone();
-        let (keeper, sandbox, listener) = tokio::task::spawn_blocking(move || {
+        let (keeper, sandbox, listener, dns) = tokio::task::spawn_blocking(move || {
             start_kept(&*starter, &layout, &naming, staged, resources)
         })
         .await
@@ -233,8 +236,16 @@ impl Sandbox {
             how,
             pool: Mutex::new(Vec::with_capacity(POOL)),
             proxy: None,
+            dns: None,
             allow: allow.clone(),
         };
+        if let Some(sockets) = dns {
+            sb.dns = Some(tokio::spawn(crate::dns::serve(
+                sockets,
+                allow.clone(),
+                crate::dns::Lookup::Host,
+            )));
+        }
         match proxy::Listener::from_inside(listener) {
             Ok(l) => sb.proxy = Some(tokio::spawn(proxy::serve(l, allow))),
             Err(e) => {
@@ -356,8 +367,8 @@ impl Sandbox {
     /// claim undone.
     pub async fn stop(&self) {
         lock(&self.pool).clear();
-        if let Some(p) = &self.proxy {
-            p.abort();
+        for task in [&self.proxy, &self.dns].into_iter().flatten() {
+            task.abort();
         }
         end_kept(self.keeper.clone(), self.sandbox.clone()).await;
         self.ended().await;
@@ -366,8 +377,8 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        if let Some(p) = &self.proxy {
-            p.abort();
+        for task in [&self.proxy, &self.dns].into_iter().flatten() {
+            task.abort();
         }
     }
 }
@@ -465,6 +476,7 @@ type Kept = (
     Arc<Keeper>,
     Arc<dyn boxdesk_sandbox::Sandbox>,
     InsideListener,
+    Option<boxdesk_sandbox::running::DnsSockets>,
 );
 
 /// Claims a name, starts the sandbox under it and waits for its agent
@@ -496,8 +508,17 @@ fn start_kept(
     let listener = sandbox
         .listen_inside(PROXY_PORT)
         .map_err(|e| abandon(e.into()))?;
+    // Its resolver, where the backend can make one (a VM's comes with its
+    // network).
+    let dns = match sandbox.dns_inside() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::debug!("no resolver inside {}: {e}", keeper_name(&keeper));
+            None
+        }
+    };
     keeper.ready();
-    Ok((keeper, sandbox, listener))
+    Ok((keeper, sandbox, listener, dns))
 }
 
 /// The first free name of [`name_for`], claimed.
@@ -528,6 +549,8 @@ fn spec(layout: &Layout, name: &str, staged: bool, resources: Resources) -> Sand
     // A private network; the proxy's port relayed out (see `Net`).
     spec.net = SpecNet::None;
     spec.relays = vec![PROXY_PORT];
+    // Names it may reach resolve inside, through boxdesk ([`crate::dns`]).
+    spec.resolv_conf = Some(crate::dns::RESOLV_CONF.to_owned());
     spec.resources = resources;
     spec.shares = vec![
         Share {

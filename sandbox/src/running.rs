@@ -235,6 +235,16 @@ pub enum InsideListener {
     Unix(std::os::unix::net::UnixListener),
 }
 
+/// A DNS server's sockets inside a sandbox ([`Sandbox::dns_inside`]),
+/// non-blocking.
+#[derive(Debug)]
+pub struct DnsSockets {
+    /// Bound to 127.0.0.1:53.
+    pub udp: std::net::UdpSocket,
+    /// Listening on 127.0.0.1:53.
+    pub tcp: std::net::TcpListener,
+}
+
 /// How a client reaches a sandbox's agent: the agent client's own type (a
 /// Unix socket the agent answers on, or a hybrid-vsock socket and port).
 pub use crate::client::Endpoint;
@@ -346,6 +356,17 @@ pub trait Sandbox: Send + Sync {
     fn listen_inside(&self, port: u16) -> Result<InsideListener, StartError> {
         Err(StartError::backend(Unsupported(format!(
             "the {} backend cannot relay connections to 127.0.0.1:{port} inside a sandbox",
+            self.info().backend
+        ))))
+    }
+
+    /// A DNS server's sockets on 127.0.0.1:53 inside a sandbox with a
+    /// private network, for its owner to answer on (the resolver its
+    /// [`SandboxSpec::resolv_conf`] names). A backend that cannot make
+    /// them refuses.
+    fn dns_inside(&self) -> Result<DnsSockets, StartError> {
+        Err(StartError::backend(Unsupported(format!(
+            "the {} backend cannot serve DNS inside a sandbox",
             self.info().backend
         ))))
     }

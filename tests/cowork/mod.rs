@@ -6,6 +6,7 @@
 
 mod app;
 mod client;
+mod dns;
 mod kept;
 mod protocol_edges;
 mod vm;

@@ -46,7 +46,8 @@ use crate::host_system::{self, EtcFiles, Placement};
 use crate::keeper::{Keeper, Starter};
 use crate::log;
 use crate::running::{
-    Ended, Endpoint, Info, InsideListener, Net, Rootfs, Sandbox, SandboxSpec, Share, StartError,
+    DnsSockets, Ended, Endpoint, Info, InsideListener, Net, Rootfs, Sandbox, SandboxSpec, Share,
+    StartError, Unsupported,
 };
 use crate::state::Owner;
 
@@ -717,6 +718,15 @@ impl Sandbox for NamespaceSandbox {
             .map_err(StartError::backend)
     }
 
+    fn dns_inside(&self) -> Result<DnsSockets, StartError> {
+        if self.inner.net == Net::Host {
+            return Err(StartError::backend(Unsupported(
+                "a sandbox on the host's network uses the host's resolver".into(),
+            )));
+        }
+        dns_in_netns(self.inner.pid).map_err(StartError::backend)
+    }
+
     fn oom_kills(&self) -> Option<u64> {
         NamespaceSandbox::oom_kills(self)
     }
@@ -782,27 +792,50 @@ impl Sandbox for NamespaceSandbox {
     }
 }
 
-/// A listener on 127.0.0.1:`port` inside the network namespace of the
-/// agent (bwrap `pid`'s one child, PID 1 of the sandbox), made on a
-/// short-lived thread that enters that namespace: a socket stays in the
-/// namespace it was made in. Non-blocking, for an async owner.
+/// A listener on 127.0.0.1:`port` inside the sandbox's network namespace
+/// ([`in_netns`]). Non-blocking, for an async owner.
 fn listen_in_netns(pid: u32, port: u16) -> Result<std::net::TcpListener, RunError> {
+    in_netns(pid, move || {
+        let l = std::net::TcpListener::bind(("127.0.0.1", port))?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    })
+}
+
+/// The sockets of a DNS server on 127.0.0.1:53 inside the sandbox's
+/// network namespace ([`in_netns`]), non-blocking. Port 53 is bound from
+/// here, the namespace's owner: nothing inside holds a capability.
+fn dns_in_netns(pid: u32) -> Result<DnsSockets, RunError> {
+    in_netns(pid, || {
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", 53))?;
+        udp.set_nonblocking(true)?;
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", 53))?;
+        tcp.set_nonblocking(true)?;
+        Ok(DnsSockets { udp, tcp })
+    })
+}
+
+/// Runs `make` inside the network namespace of the agent (bwrap `pid`'s
+/// one child, PID 1 of the sandbox), on a short-lived thread that enters
+/// it: a socket made there stays in that namespace.
+fn in_netns<T: Send + 'static>(
+    pid: u32,
+    make: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Result<T, RunError> {
     let agent: u32 = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .ok()
         .and_then(|c| c.split_whitespace().next()?.parse().ok())
         .ok_or_else(|| os("finding the agent's pid")(io::ErrorKind::NotFound.into()))?;
     let ns = fs::File::open(format!("/proc/{agent}/ns/net"))
         .map_err(os("opening the sandbox's network namespace"))?;
-    let listener = std::thread::spawn(move || -> io::Result<std::net::TcpListener> {
+    let made = std::thread::spawn(move || -> io::Result<T> {
         // Only this thread changes namespace, and it ends right after.
         nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-        let l = std::net::TcpListener::bind(("127.0.0.1", port))?;
-        l.set_nonblocking(true)?;
-        Ok(l)
+        make()
     })
     .join()
     .map_err(|_| os("entering the sandbox's network namespace")(io::ErrorKind::Other.into()))?;
-    listener.map_err(os("listening in the sandbox's network namespace"))
+    made.map_err(os("listening in the sandbox's network namespace"))
 }
 
 /// The namespace backend's [`Starter`]: a kept sandbox's agent socket in
