@@ -7,7 +7,9 @@
 # and aarch64 (the aarch64 one runs under qemu-aarch64-static for one real
 # exec), the guest images of both arches (images/build.sh) booted under qemu
 # TCG (images/check-qemu.sh), the nested-KVM harness on both arches, the
-# namespace/cowork/OCI end-to-end tests again as an unprivileged user,
+# namespace/cowork/OCI end-to-end tests again as an unprivileged user, the
+# desktop layouts (tests/desktops/run.sh: DNS, toolchains as on Ubuntu,
+# Fedora, NixOS),
 # boxdesk oci under podman and containerd (tests/oci/engines.sh), the
 # release configuration (scripts/test-dist.sh: cargo-dist's plan and a host
 # archive) and every fuzz target (scripts/fuzz.sh replay: its regressions,
@@ -76,6 +78,15 @@ bash scripts/test-nested.sh
 
 step "end-to-end tests as an unprivileged user"
 bash scripts/test-unprivileged.sh
+
+step "desktop layouts (systemd-resolved, NetworkManager, NixOS-like), as root and as a user"
+tests_bin=$(cargo test -p boxdesk --test tests --no-run --locked --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "tests" and m.get("executable"):
+        print(m["executable"])')
+bash tests/desktops/run.sh target/debug/boxdesk "$tests_bin"
 
 step "boxdesk oci under podman and containerd, and podman run --rm IMG true against runc"
 # A static release build (cached in $BOXDESK_CACHE): what releases ship,

@@ -18,9 +18,10 @@
 //! under the user's home, no `..`, then opened beneath the home directory
 //! with `openat2(RESOLVE_BENEATH)`, so no symlink leads outside; an
 //! absolute link is followed and the directory reached must lie beneath
-//! home. A source
-//! that does not exist is an error: nothing is ever created in the user's
-//! folders. Mount targets, in the sandboxes' (0700) dirs, are made 0700,
+//! home. [`resolve_source`] adds the app's rules: a missing source beneath
+//! home is created (0700, no link followed), a link to itself repaired,
+//! and a folder outside home is any directory the user may read except the
+//! kernel's filesystems ([`NEVER_SOURCES`]). Mount targets, in the sandboxes' (0700) dirs, are made 0700,
 //! the sandbox's, and opened by [`dir_beneath`] without following any symlink, because
 //! sandboxed processes can write the directories they are in. This module
 //! never mounts by a path string the client chose.
@@ -62,6 +63,18 @@ pub enum MountError {
         name: String,
         /// What is wrong with it.
         why: NameError,
+    },
+    /// The path is one of the kernel's filesystems (or leads there).
+    #[error("{} is the kernel's ({}): never mounted into a sandbox", path.display(), NEVER_SOURCES.join(", "))]
+    Kernel {
+        /// The path, as reached.
+        path: PathBuf,
+    },
+    /// The user cannot read and search the directory outside home.
+    #[error("{} is not a directory this user may read", path.display())]
+    NoAccess {
+        /// The path.
+        path: PathBuf,
     },
     /// A system call failed.
     #[error("{what} {}: {error}", path.display())]
@@ -273,6 +286,184 @@ pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
         }
         r => r,
     }
+}
+
+/// Where a folder outside home never comes from: the kernel's own
+/// filesystems, the host's processes, devices and kernel state.
+pub const NEVER_SOURCES: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// Opens the source of a folder mount, `path` (relative to `/`), as an
+/// `O_PATH` descriptor, by the rules the app relies on (docs/COWORK.md,
+/// "Folder mounts"):
+///
+/// * beneath home: as [`resolve_in_home`]; a missing directory is created
+///   (0700, as this user, each component opened without following any
+///   link), and a link at the source that points to itself (the app's
+///   known `.mcpb-cache` leftover) is replaced by a directory;
+/// * elsewhere: an existing directory this user may read and search,
+///   links followed, never one under [`NEVER_SOURCES`] or leading there;
+///   nothing is created. The caller refuses boxdesk's own roots.
+pub fn resolve_source(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
+    let comps = components(path)?;
+    let abs: PathBuf = std::iter::once("/").chain(comps.iter().copied()).collect();
+    if !abs.starts_with(home) {
+        return outside_home(&abs);
+    }
+    let errno = |e: &MountError| match e {
+        MountError::Os { error, .. } => error.raw_os_error(),
+        _ => None,
+    };
+    match resolve_in_home(home, path) {
+        Err(e) if errno(&e) == Some(libc::ENOENT) => {
+            let rel = rel_to_home(home, path)?;
+            let names: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let home_fd = open_dir(home)?;
+            walk_as_user(&home_fd, &names, home)?;
+            resolve_in_home(home, path)
+        }
+        Err(e) if errno(&e) == Some(libc::ELOOP) => {
+            if repair_self_link(home, &abs)? {
+                resolve_in_home(home, path)
+            } else {
+                Err(e)
+            }
+        }
+        r => r,
+    }
+}
+
+/// Makes the missing directories of `home/names…`, 0700 and this user's,
+/// without following any link on the way.
+fn walk_as_user(home: &OwnedFd, names: &[String], shown: &Path) -> Result<(), MountError> {
+    let mut cur = open_at(home, ".", libc::RESOLVE_BENEATH).map_err(os("opening", shown))?;
+    let mut here = shown.to_owned();
+    for n in names {
+        here.push(n);
+        let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName {
+            name: n.clone(),
+            why: NameError::Nul,
+        })?;
+        // SAFETY: `cur` is a valid directory fd and `c` a valid C string;
+        // mkdirat never follows a symlink in its last component.
+        if unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(os("creating", &here)(e));
+            }
+        }
+        let flags = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+        cur = open_at(&cur, n, flags).map_err(os("opening", &here))?;
+    }
+    Ok(())
+}
+
+/// Replaces the link at `abs` (beneath `home`) by an empty 0700 directory
+/// when it points to itself; returns whether it did.
+fn repair_self_link(home: &Path, abs: &Path) -> Result<bool, MountError> {
+    let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+        return Ok(false);
+    };
+    if !parent.starts_with(home) {
+        return Ok(false);
+    }
+    let parent_str = parent.to_string_lossy();
+    let dir = resolve_in_home(home, &parent_str)?;
+    let c =
+        CString::new(name.as_bytes()).map_err(|_| MountError::DotDot(abs.display().to_string()))?;
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: `dir` is a valid directory fd, `c` a valid C string and
+    // `buf` a writable buffer of the length passed.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Ok(false);
+    }
+    let target = Path::new(std::ffi::OsStr::from_bytes(&buf[..n as usize]));
+    let real_parent = real_path(&dir).map_err(os("naming", parent))?;
+    let lands: PathBuf = {
+        let joined = real_parent.join(target);
+        let mut out = PathBuf::from("/");
+        for c in joined.components() {
+            match c {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(n) => out.push(n),
+                _ => {}
+            }
+        }
+        out
+    };
+    if lands != real_parent.join(name) && target != Path::new(name) {
+        return Ok(false);
+    }
+    tracing::info!(
+        "{}: a link to itself, replaced by a directory",
+        abs.display()
+    );
+    // SAFETY: as above; unlinkat removes the link itself, never its target.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+        return Err(os("removing", abs)(io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
+        return Err(os("creating", abs)(io::Error::last_os_error()));
+    }
+    Ok(true)
+}
+
+/// Opens `abs` (outside home), following links, as an existing directory
+/// this user may read and search, not under [`NEVER_SOURCES`].
+fn outside_home(abs: &Path) -> Result<OwnedFd, MountError> {
+    let kernel = |p: &Path| NEVER_SOURCES.iter().any(|n| p.starts_with(n));
+    if kernel(abs) {
+        return Err(MountError::Kernel {
+            path: abs.to_owned(),
+        });
+    }
+    let root = open_dir(Path::new("/"))?;
+    let names: Vec<String> = abs
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    let fd = walk(
+        &root,
+        &names,
+        Path::new("/"),
+        libc::RESOLVE_NO_MAGICLINKS,
+        false,
+    )?;
+    let real = real_path(&fd).map_err(os("naming", abs))?;
+    if kernel(&real) {
+        return Err(MountError::Kernel { path: real });
+    }
+    // SAFETY: faccessat2 on a valid fd with an empty path and AT_EMPTY_PATH
+    // checks the directory the descriptor holds, with our real ids.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::R_OK | libc::X_OK,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(MountError::NoAccess { path: real });
+    }
+    Ok(fd)
 }
 
 /// Opens (creating as needed, 0700 and the sandbox's: `base` is always one

@@ -486,7 +486,8 @@ fn folders_are_mounted_read_only_or_read_write_and_escapes_are_refused() {
         json!({"processName": "sess", "filePath": "/sessions/sess/mnt/docs/missing"}),
     );
     assert_eq!(r["success"], false, "{r}");
-    // mountPath: `..`, outside home and a symlink out of home are refused.
+    // mountPath: `..`, the kernel's filesystems (directly or through a
+    // link) and a symlink out of home are refused.
     p.call(
         "spawn",
         json!({"id": "long", "name": "sess", "command": "sleep", "args": ["30"]}),
@@ -494,7 +495,10 @@ fn folders_are_mounted_read_only_or_read_write_and_escapes_are_refused() {
     std::os::unix::fs::symlink("/etc", c.env.home.join("esc")).unwrap();
     for sub in [
         format!("{}/../../etc", rel(&c.env.home)),
-        "etc".into(),
+        "proc".into(),
+        "sys/fs".into(),
+        "dev".into(),
+        "proc/self/root".into(),
         format!("{}/esc", rel(&c.env.home)),
     ] {
         let r = p.call(
@@ -512,7 +516,7 @@ fn folders_are_mounted_read_only_or_read_write_and_escapes_are_refused() {
     ev.exit_of("see");
     assert_eq!(ev.text("stdout", "see"), "doc text");
     // A mount that cannot be made is reported, not silently dropped.
-    let r = p.call("spawn", json!({"id": "f", "name": "sess", "command": "true", "additionalMounts": {"bad": {"path": "etc"}}}));
+    let r = p.call("spawn", json!({"id": "f", "name": "sess", "command": "true", "additionalMounts": {"bad": {"path": "proc"}}}));
     assert_eq!(r["result"], json!({"failedMounts": ["bad"]}), "{r}");
     p.call("kill", json!({"id": "long", "signal": "SIGKILL"}));
 }
@@ -1294,44 +1298,116 @@ fn a_newline_in_a_method_id_name_or_mount_never_forges_a_log_line() {
 }
 
 #[test]
-fn a_mount_of_a_folder_that_does_not_exist_fails_and_creates_nothing_on_the_host() {
+fn a_missing_folder_beneath_home_is_created_for_the_session_and_one_elsewhere_is_refused() {
+    use std::os::unix::fs::MetadataExt;
     let c = Cowork::start();
     let mut p = c.boot("gone");
     let mut ev = c.events("gone");
     let home = &c.env.home;
     std::fs::create_dir_all(home.join("proj")).unwrap();
     let rel = |p: &str| format!("{}/{p}", home.strip_prefix("/").unwrap().display());
+    let outside = format!("nonexistent-boxdesk-{}/x", std::process::id());
+    // No mode: read-write, as the app expects.
     let r = p.call(
         "spawn",
-        json!({"id": "a", "name": "s", "command": "ls", "args": ["/sessions/s/mnt"],
-               "additionalMounts": {"gone": {"path": rel("gone/deeper"), "mode": "rw"},
+        json!({"id": "a", "name": "s", "command": "/bin/sh",
+               "args": ["-c", "echo out > /sessions/s/mnt/gone/o && echo out > /sessions/s/mnt/half/o && ls /sessions/s/mnt"],
+               "additionalMounts": {"gone": {"path": rel("gone/deeper")},
                                     "half": {"path": rel("proj/missing")},
+                                    "far": {"path": outside.clone(), "mode": "rw"},
                                     "proj": {"path": rel("proj"), "mode": "rw"}}}),
     );
     assert_eq!(
         r["result"],
-        json!({"failedMounts": ["gone", "half"]}),
+        json!({"failedMounts": ["far"]}),
         "{r}\n{}",
         c.log()
     );
     assert_eq!(ev.exit_of("a")["exitCode"], 0, "{:?}", ev.seen);
-    assert!(!home.join("gone").exists(), "a missing mount was created");
-    assert!(
-        !home.join("proj/missing").exists(),
-        "a missing mount was created"
+    for made in ["gone", "gone/deeper", "proj/missing"] {
+        let m = std::fs::metadata(home.join(made)).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o700, "{made}");
+        assert_eq!(m.uid(), std::fs::metadata(home).unwrap().uid(), "{made}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join("gone/deeper/o")).unwrap(),
+        "out\n"
     );
-    // mountPath: the same refusal, and nothing made either.
+    assert_eq!(
+        std::fs::read_to_string(home.join("proj/missing/o")).unwrap(),
+        "out\n"
+    );
+    assert!(
+        !std::path::Path::new("/").join(&outside).exists(),
+        "a folder outside home was created"
+    );
+    // A link on the way is never followed while creating.
+    std::os::unix::fs::symlink("/tmp", home.join("tmplink")).unwrap();
     p.call(
         "spawn",
         json!({"id": "long", "name": "s", "command": "sleep", "args": ["30"]}),
     );
     let r = p.call(
         "mountPath",
-        json!({"processId": "long", "subpath": rel("later/x"), "mountName": "later", "mode": "rw"}),
+        json!({"processId": "long", "subpath": rel("tmplink/boxdesk-made"), "mountName": "l"}),
     );
     assert_eq!(r["success"], false, "{r}");
-    assert!(!home.join("later").exists());
+    assert!(!std::path::Path::new("/tmp/boxdesk-made").exists());
+    let r = p.call(
+        "mountPath",
+        json!({"processId": "long", "subpath": rel("later/x"), "mountName": "later"}),
+    );
+    assert_eq!(r["success"], true, "{r}");
+    assert!(home.join("later/x").is_dir());
     p.call("kill", json!({"id": "long", "signal": "SIGKILL"}));
+}
+
+#[test]
+fn a_self_referencing_link_at_a_source_becomes_a_directory_and_a_readable_folder_outside_home_mounts(
+) {
+    let c = Cowork::start();
+    let mut p = c.boot("loop");
+    let mut ev = c.events("loop");
+    let home = &c.env.home;
+    let rel = |p: &str| format!("{}/{p}", home.strip_prefix("/").unwrap().display());
+    let cfg = home.join(".config/Claude");
+    std::fs::create_dir_all(&cfg).unwrap();
+    // The app's known leftover: `.mcpb-cache -> .mcpb-cache` (and the
+    // absolute form).
+    std::os::unix::fs::symlink(".mcpb-cache", cfg.join(".mcpb-cache")).unwrap();
+    std::os::unix::fs::symlink(cfg.join("abs-cache"), cfg.join("abs-cache")).unwrap();
+    // A link elsewhere is left alone.
+    std::os::unix::fs::symlink("elsewhere", cfg.join("other")).unwrap();
+    // Outside home: a directory this user may read (the test's own, not
+    // beneath its home).
+    let far = tempfile::Builder::new()
+        .prefix("boxdesk-far")
+        .tempdir_in(c.env.root())
+        .unwrap();
+    std::fs::write(far.path().join("f"), "far text").unwrap();
+    let r = p.call(
+        "spawn",
+        json!({"id": "m", "name": "s", "command": "/bin/sh",
+               "args": ["-c", "touch /sessions/s/mnt/cache/ok /sessions/s/mnt/abs/ok && cat /sessions/s/mnt/far/f"],
+               "additionalMounts": {"cache": {"path": rel(".config/Claude/.mcpb-cache")},
+                                    "abs": {"path": rel(".config/Claude/abs-cache")},
+                                    "other": {"path": rel(".config/Claude/other")},
+                                    "far": {"path": far.path().strip_prefix("/").unwrap(), "mode": "ro"}}}),
+    );
+    assert_eq!(
+        r["result"],
+        json!({"failedMounts": ["other"]}),
+        "{r}\n{}",
+        c.log()
+    );
+    assert_eq!(ev.exit_of("m")["exitCode"], 0, "{:?}", ev.seen);
+    assert_eq!(ev.text("stdout", "m"), "far text");
+    assert!(cfg.join(".mcpb-cache/ok").is_file());
+    assert!(cfg.join("abs-cache/ok").is_file());
+    assert!(
+        cfg.join("other").is_symlink(),
+        "only a link to itself is replaced"
+    );
 }
 
 /// The name `boxdesk ls` shows for the one sandbox of `profile`.

@@ -1,7 +1,8 @@
 //! Host folders in sandboxes and files read back out of them:
 //! `mountPath`, `readFile`, and [`attach`], which `spawn` uses for its
-//! `additionalMounts`. Owns the policy of what may be mounted (under home,
-//! never boxdesk's own directories) and where a client may read; the
+//! `additionalMounts`. Owns the policy of what may be mounted (what this
+//! user may read, never the kernel's filesystems or boxdesk's own
+//! directories) and where a client may read; the
 //! mounting itself is [`crate::mounts`]'s and the reading the agent's. It
 //! never mounts by a path string the client chose.
 
@@ -21,11 +22,12 @@ use crate::server::Server;
 /// Largest file `readFile` returns.
 const READ_MAX: u64 = 8 << 20;
 
-/// Whether a mount is read-only: `ro` (the default) or `rw`.
+/// Whether a mount is read-only: `ro`, or `rw` (the default, as the
+/// app expects: it names folders a session writes its outputs to).
 pub(super) fn read_only(mode: Option<&str>) -> Result<bool, MethodError> {
     match mode {
-        None | Some("ro") => Ok(true),
-        Some("rw") => Ok(false),
+        Some("ro") => Ok(true),
+        None | Some("rw") => Ok(false),
         Some(m) => Err(MethodError::BadMode(m.to_owned())),
     }
 }
@@ -39,8 +41,9 @@ pub(super) fn check_name(what: &'static str, name: &str) -> Result<(), MethodErr
     })
 }
 
-/// Attaches host folder `subpath` (relative to `/`, under home) at
-/// `/sessions/<name>/mnt/<mount>`. A folder holding or inside one of
+/// Attaches host folder `subpath` (relative to `/`; the rules of
+/// [`mounts::resolve_source`]) at `/sessions/<name>/mnt/<mount>`. A folder
+/// holding or inside one of
 /// boxdesk's own dirs is refused: the runtime dir (control and agent
 /// sockets, staged mounts) and the state dir (each sandbox's `agent.sock`)
 /// would let a sandbox drive another, the data dir holds other profiles'
@@ -56,7 +59,7 @@ pub(super) fn attach(
 ) -> Result<(), MethodError> {
     p.can_mount().map_err(MethodError::Sandbox)?;
     check_name("mount name", mount)?;
-    let src = mounts::resolve_in_home(server.home(), subpath)?;
+    let src = mounts::resolve_source(server.home(), subpath)?;
     let real = mounts::real_path(&src).map_err(|reason| MethodError::Inspect {
         subpath: subpath.to_owned(),
         reason,
