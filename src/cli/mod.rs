@@ -530,6 +530,7 @@ fn vmm(a: VmmArgs) -> anyhow::Result<i32> {
             initrd: a.initrd,
             rootfs: a.rootfs.map(|r| (r, a.rootfs_rw)),
             display: a.display,
+            etc: None,
         }),
     };
     match helper::run(opts) {

@@ -74,6 +74,10 @@ pub struct VmOptions {
     pub rootfs: Option<(PathBuf, bool)>,
     /// `--display WxH`.
     pub display: Option<(u32, u32)>,
+    /// Under `--root host`, the shares of the copies of the host's `/etc`
+    /// files, once made (before the helper enters its view, which has no
+    /// `/etc`).
+    pub etc: Option<Vec<boxdesk_vmm::mounts::VmShare>>,
 }
 
 /// Why the helper could not start or run its sandbox.
@@ -204,10 +208,16 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
                 writable: *writable,
             };
         }
+        let etc = match (&v.etc, opts.root_host) {
+            (Some(made), _) => made.clone(),
+            (None, true) => etc_copies(keeper)?,
+            (None, false) => Vec::new(),
+        };
         let boot = boxdesk_vmm::sandbox::Boot {
             kernel: v.kernel.clone(),
             initrd: v.initrd.clone(),
             jail: jail(),
+            etc,
         };
         let vm = boxdesk_vmm::sandbox::VmSandbox::start(
             &spec,
@@ -218,6 +228,17 @@ fn start(opts: &HelperOptions, keeper: &Keeper) -> Result<Box<dyn Sandbox>, Help
         return Ok(Box::new(vm));
     }
     namespace(&spec, keeper)
+}
+
+/// The shares of a `--root host` VM's copies of the host's `/etc` files,
+/// written into the sandbox's state dir.
+fn etc_copies(keeper: &Keeper) -> Result<Vec<boxdesk_vmm::mounts::VmShare>, HelperError> {
+    boxdesk_vmm::mounts::VmMounts::etc_copies(std::path::Path::new("/"), &keeper.state().etc())
+        .map_err(|e| {
+            HelperError::from(boxdesk_sandbox::running::StartError::backend(
+                boxdesk_vmm::sandbox::VmSandboxError::from(e),
+            ))
+        })
 }
 
 /// Whether a VM helper jails itself (`BOXDESK_JAIL=off` says not).

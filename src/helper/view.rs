@@ -61,17 +61,28 @@ fn view(opts: &mut HelperOptions, keeper: &Keeper) -> View {
         view.bind(&share.host, share.writable);
     }
     if opts.root_host {
-        for dir in boxdesk_vmm::mounts::SYSTEM_DIRS {
-            let Ok(meta) = std::fs::symlink_metadata(dir) else {
-                continue;
-            };
-            if meta.file_type().is_symlink() {
-                if let Ok(target) = std::fs::read_link(dir) {
-                    view.link(dir, target);
+        use boxdesk_sandbox::host_system::{self, HostEntry};
+        for entry in host_system::scan(Path::new("/")).unwrap_or_default() {
+            match entry {
+                HostEntry::Dir(dir) => {
+                    view.bind(&dir, false);
                 }
-            } else if meta.is_dir() {
-                view.bind(dir, false);
+                // NixOS's links in /run point into /nix/store, which the
+                // guest sees; the helper has no /run of the host's.
+                HostEntry::Symlink { path, .. } if path.starts_with("/run") => {}
+                HostEntry::Symlink { path, target } => {
+                    view.link(&path, target);
+                }
             }
+        }
+        // The copies of /etc files, made now: inside the view there is no
+        // host /etc to read them from (they are in the state dir, which
+        // the view has).
+        if let Some(vm) = opts.vm.as_mut() {
+            vm.etc = Some(super::etc_copies(keeper).unwrap_or_else(|e| {
+                tracing::warn!("a --root host VM without copies of the host's /etc files: {e}");
+                Vec::new()
+            }));
         }
     }
     view

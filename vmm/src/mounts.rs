@@ -11,15 +11,19 @@
 //! `PATH` and `TARGET` are percent-encoded (`boxdesk_platform::pathcode`),
 //! so spaces, colons and quotes survive the kernel's parameter splitting. Tags are `fs0`, `fs1`, … in device order.
 //!
-//! `--root host` shares the host's `/usr`, `/etc`, and of `/bin`, `/sbin`,
-//! `/lib*` those that are directories (the others are symlinks, recreated);
-//! read-only, cached for an hour, served as `nobody` when the VMM is root.
-//! It is refused when the host's `/bin/sh` is not the guest's arch.
+//! `--root host` shares the host's system as
+//! [`boxdesk_sandbox::host_system`] says (`/usr`, `/etc`, the `/bin`,
+//! `/sbin`, `/lib*` that are directories, `/opt`, `/nix`, `/snap`; links
+//! recreated); read-only, cached for an hour, served as `nobody` when the
+//! VMM is root; and copies of the host's `/etc` files whose links would
+//! dangle in the guest ([`VmMounts::etc_copies`]). It is refused when
+//! the host's `/bin/sh` is not the guest's arch.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use boxdesk_platform::pathcode::encode;
+use boxdesk_sandbox::host_system::{self, HostEntry, Placement};
 
 #[cfg(target_os = "linux")]
 use boxdesk_devices::fs::{
@@ -31,10 +35,6 @@ use boxdesk_devices::fs::{
 pub const NO_SERVER: &str = "host folders in a VM (--share, --root host) need boxdesk's virtio-fs \
      server, which runs on Linux hosts only: it needs Linux's O_PATH and /proc/self/fd";
 
-/// The host dirs `--root host` makes the guest's, in mount order.
-pub const SYSTEM_DIRS: [&str; 8] = [
-    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-];
 /// How long the guest caches names and attributes of a share.
 pub const SHARE_CACHE: Duration = Duration::from_secs(1);
 /// The same for the host's system under `--root host` (it rarely changes
@@ -86,26 +86,55 @@ pub enum MountsError {
 
 impl VmMounts {
     /// The guest root of the host's system under `root` (`/` but in tests),
-    /// for a guest of `arch` (`std::env::consts::ARCH` names).
+    /// for a guest of `arch` (`std::env::consts::ARCH` names): the entries
+    /// of [`host_system::scan`], the one rule the namespace backend follows
+    /// too. A link in `/run` (NixOS's profile links) is made once the
+    /// guest's own `/run` is in place.
     pub fn host_root(root: &Path, arch: &'static str) -> Result<VmMounts, MountsError> {
         check_arch(&root.join("bin/sh"), arch)?;
+        let entries = host_system::scan(root).map_err(|error| MountsError::Read {
+            path: root.to_owned(),
+            error,
+        })?;
         let mut m = VmMounts::default();
-        for dir in SYSTEM_DIRS {
-            let host = root.join(dir.trim_start_matches('/'));
-            let meta = match std::fs::symlink_metadata(&host) {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(error) => return Err(MountsError::Read { path: host, error }),
-            };
-            if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&host)
-                    .map_err(|error| MountsError::Read { path: host, error })?;
-                m.links.push((dir.into(), target));
-            } else if meta.is_dir() {
-                m.system.push(host);
+        for e in entries {
+            match e {
+                HostEntry::Dir(p) => m.system.push(root.join(p.strip_prefix("/").unwrap_or(&p))),
+                HostEntry::Symlink { path, target } => m.links.push((path, target)),
             }
         }
         Ok(m)
+    }
+
+    /// The shares that give a `--root host` guest regular copies of
+    /// the host's `/etc` files whose links would dangle there (its `/run`
+    /// is its own: systemd-resolved's and NetworkManager's resolv.conf),
+    /// written into `dir` now: a guest's copy is the host's at its start.
+    /// A copy that would have to be bound as a single file (its directory
+    /// is `/run` itself or shared) is left out: a VM shares directories.
+    pub fn etc_copies(root: &Path, dir: &Path) -> Result<Vec<VmShare>, MountsError> {
+        let read = |error| MountsError::Read {
+            path: root.join("etc"),
+            error,
+        };
+        let entries = host_system::scan(root).map_err(read)?;
+        let copies = host_system::etc_copies(root, &entries, None);
+        let files = host_system::EtcFiles::prepare(root, dir, &entries, copies).map_err(read)?;
+        let mut shares = Vec::new();
+        for p in files.placements() {
+            match p {
+                Placement::Dir { host, inside } => shares.push(VmShare {
+                    host: host.clone(),
+                    guest: inside.clone(),
+                    writable: false,
+                }),
+                Placement::File { inside, .. } => tracing::warn!(
+                    "{}: a VM shares directories, so its copy of the host's file is not placed there",
+                    inside.display()
+                ),
+            }
+        }
+        Ok(shares)
     }
 
     /// For each share, the index among the shares of the one whose device

@@ -52,6 +52,10 @@ pub struct Boot {
     /// whose only work is the VM; never a process that does other work
     /// too (cowork).
     pub jail: bool,
+    /// Under `--root host`, the shares of the copies of the host's `/etc`
+    /// files ([`VmMounts::etc_copies`]), made by the caller while it still
+    /// sees the host's `/etc` (a helper before it enters its view).
+    pub etc: Vec<VmShare>,
 }
 
 /// Why a VM sandbox could not start (inside [`StartError::Backend`]).
@@ -136,7 +140,10 @@ impl VmSandbox {
         if spec.container.is_some() {
             return Err(VmSandboxError::Container);
         }
-        let mounts = vm_mounts(spec)?;
+        let mut mounts = vm_mounts(spec)?;
+        if spec.rootfs == Rootfs::Host {
+            mounts.shares.extend(boot.etc.iter().cloned());
+        }
         if spec.net != Net::None {
             return Err(VmSandboxError::Net);
         }
@@ -469,9 +476,17 @@ impl Starter for VmStarter {
         let mut spec = spec.clone();
         spec.resources.cpus = spec.resources.cpus.or(self.defaults.cpus);
         spec.resources.mem_mib = spec.resources.mem_mib.or(self.defaults.mem_mib);
+        let etc = match spec.rootfs {
+            Rootfs::Host => VmMounts::etc_copies(Path::new("/"), &keeper.state().etc())
+                .map_err(|e| StartError::backend(VmSandboxError::from(e)))?,
+            _ => Vec::new(),
+        };
         let vm = VmSandbox::start(
             &spec,
-            Boot::default(),
+            Boot {
+                etc,
+                ..Boot::default()
+            },
             keeper.paths().agent.clone(),
             log.to_owned(),
         )?;
