@@ -127,13 +127,19 @@ pub fn plan_host_root(asked: &Asked, mounted: &[&str]) -> Vec<Step> {
             dax: false,
         });
     }
-    for (path, target) in &asked.links {
+    let moved: Vec<&str> = MOVED.into_iter().filter(|m| mounted.contains(m)).collect();
+    // A link in a directory moved in (NixOS's `/run/current-system`) is
+    // made once that directory is in place.
+    let (late, early): (Vec<_>, Vec<_>) = asked
+        .links
+        .iter()
+        .partition(|(path, _)| moved.iter().any(|m| path.starts_with(m)));
+    for (path, target) in early {
         steps.push(Step::Symlink {
             path: under(HOST_ROOT, &path.to_string_lossy()),
             target: target.clone(),
         });
     }
-    let moved: Vec<&str> = MOVED.into_iter().filter(|m| mounted.contains(m)).collect();
     for dir in moved.iter().chain(&rootfs::ENSURED).chain(&["/root"]) {
         steps.push(Step::MakeDir(under(HOST_ROOT, dir)));
     }
@@ -141,6 +147,12 @@ pub fn plan_host_root(asked: &Asked, mounted: &[&str]) -> Vec<Step> {
         steps.push(Step::MoveMount {
             from: m.into(),
             to: under(HOST_ROOT, m),
+        });
+    }
+    for (path, target) in late {
+        steps.push(Step::Symlink {
+            path: under(HOST_ROOT, &path.to_string_lossy()),
+            target: target.clone(),
         });
     }
     steps.push(Step::SwitchRoot(HOST_ROOT.into()));
@@ -241,6 +253,25 @@ mod tests {
         ] {
             assert!(parse_cmdline(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_link_in_run_is_made_after_the_guests_run_is_moved_in() {
+        let a = parse_cmdline(
+            "boxdesk.share=fs0:/nix:sys boxdesk.link=/run/current-system:/nix/store/x-system",
+        )
+        .unwrap();
+        let steps = plan_host_root(&a, &["/dev", "/proc", "/run"]);
+        let shown: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        let link = shown
+            .iter()
+            .position(|s| s == "symlink /mnt/hostroot/run/current-system -> /nix/store/x-system")
+            .expect("the link is made");
+        let moved = shown
+            .iter()
+            .position(|s| s == "move mount /run to /mnt/hostroot/run")
+            .unwrap();
+        assert!(link > moved, "{shown:?}");
     }
 
     #[test]
