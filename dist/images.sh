@@ -5,8 +5,13 @@
 # Output, in target/images/:
 #   boxdesk-images-<arch>.tar.gz         <arch>/{vmlinux|Image, initramfs.cpio.gz, manifest}
 #   boxdesk-images-<arch>.tar.gz.sha256  `sha256sum` format
-# Users unpack it into ${XDG_DATA_HOME:-~/.local/share}/boxdesk/images/,
-# where boxdesk looks for <arch>/ (README, "Install").
+# `boxdesk images fetch` installs it into
+# ${XDG_DATA_HOME:-~/.local/share}/boxdesk/images/<arch>, where boxdesk
+# looks (README, "Install"; users without curl unpack it there by hand).
+# The packed manifest is the image's with one line added,
+# `boxdesk_version=<the workspace's version>`: fetch refuses the image of
+# another release. (It is added here, not by images/build.sh, whose own
+# hash keys the kernel cache.)
 #
 # The image is target/images/<arch> from images/build.sh. When its manifest
 # is missing it is built first: here when this is Debian 12 (the kernel
@@ -58,13 +63,21 @@ for f in "$kernel" initramfs.cpio.gz manifest; do
   [ -f "$dir/$f" ] || die "$dir/$f is missing (images/build.sh $arch)"
 done
 
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+[ -n "$version" ] || die "no [workspace.package] version in Cargo.toml"
+
 name=boxdesk-images-$arch.tar.gz
 tmp=$(mktemp "target/images/.$name.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
+stage=$(mktemp -d "target/images/.stage-$arch.XXXXXX")
+trap 'rm -f "$tmp"; rm -rf "$stage"' EXIT
+mkdir "$stage/$arch"
+cp "$dir/$kernel" "$dir/initramfs.cpio.gz" "$stage/$arch/"
+{ grep -v '^boxdesk_version=' "$dir/manifest"; echo "boxdesk_version=$version"; } >"$stage/$arch/manifest"
 printf '%s\n' "$arch/$kernel" "$arch/initramfs.cpio.gz" "$arch/manifest" | LC_ALL=C sort |
-  tar -C target/images --owner=0 --group=0 --numeric-owner --mtime=@0 --mode=u+rw,go+r,go-w \
+  tar -C "$stage" --owner=0 --group=0 --numeric-owner --mtime=@0 --mode=u+rw,go+r,go-w \
     -cf - --verbatim-files-from -T - | gzip -9 -n >"$tmp"
 mv "$tmp" "target/images/$name"
+rm -rf "$stage"
 trap - EXIT
 (cd target/images && sha256sum "$name" >"$name.sha256")
 say "target/images/$name: $(stat -c %s "target/images/$name") bytes, sha256 $(cut -d' ' -f1 "target/images/$name.sha256")"

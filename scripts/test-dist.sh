@@ -10,8 +10,9 @@
 #    (.github/build-setup.yml), makes an archive whose checksum holds and
 #    whose boxdesk is static-pie on a glibc host and prints a full `--version`;
 # 3. for each guest arch whose image was built (test.sh's image step),
-#    dist/images.sh packs the archive users unpack under
-#    $XDG_DATA_HOME/boxdesk/images, with a checksum that holds.
+#    dist/images.sh packs the archive `boxdesk images fetch` installs under
+#    $XDG_DATA_HOME/boxdesk/images, with a checksum that holds and a
+#    manifest naming this version.
 #
 # dist is installed once per machine into $BOXDESK_CACHE/tools/cargo-dist-
 # <version> (a cold install compiles ~400 crates: many minutes). The build
@@ -113,6 +114,9 @@ for arch in x86_64 aarch64; do
   listing=$(tar -tzf "target/images/$name" | LC_ALL=C sort)
   expected=$(printf '%s\n' "$arch/$kernel" "$arch/initramfs.cpio.gz" "$arch/manifest" | LC_ALL=C sort)
   [ "$listing" = "$expected" ] || die "$name holds: $listing"
+  # `boxdesk images fetch` refuses the image of another release.
+  tar -xzOf "target/images/$name" "$arch/manifest" | grep -qx "boxdesk_version=$crate_version" ||
+    die "$name: its manifest does not say boxdesk_version=$crate_version"
   say "$name: $arch/{$kernel,initramfs.cpio.gz,manifest}"
 done
 say "ok"

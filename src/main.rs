@@ -7,7 +7,8 @@
 //! The binary is the glue over the library crates: [`backend`] (which
 //! backend runs a sandbox: it needs the VMM's image lookup and the
 //! hypervisor probe), [`helper`] (`boxdesk __vmm`, the process that owns
-//! one sandbox), and the command line. The sandboxes, the control socket
+//! one sandbox), [`images`] (`boxdesk images fetch`: a release's guest
+//! image, downloaded, checked and installed), and the command line. The sandboxes, the control socket
 //! and the namespace backend are `boxdesk_sandbox`'s, the VMM is
 //! `boxdesk_vmm`, cowork is `boxdesk_cowork`.
 //!
@@ -17,6 +18,7 @@
 mod backend;
 mod cli;
 mod helper;
+mod images;
 
 fn main() {
     let mut args = std::env::args_os();

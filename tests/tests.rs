@@ -2,7 +2,8 @@
 //! area: `control` (the control and agent sockets), `cli` (commands, exit
 //! codes, bad input), `display` (`screenshot` and `view` against a real
 //! screen behind the real control server; the window under Xvfb), `client` (the agent client against the real agent,
-//! `boxdesk __agent`), `namespace` (what a sandbox can and cannot see),
+//! `boxdesk __agent`), `images` (`boxdesk images fetch` against a release
+//! served on loopback), `namespace` (what a sandbox can and cannot see),
 //! `nested` (the L1-guest harness for KVM paths; see `tests/nested/`), `oci`
 //! (`boxdesk oci`, the OCI runtime, driven as an engine drives it), and
 //! `release` (the release assets in `dist/`).
@@ -16,7 +17,8 @@
 //!
 //! The modules that start sandboxes are Linux-only, gated here: they run on
 //! the namespace backend (`cli`, `control`, `namespace`, `cowork`) or on
-//! KVM (`vm`, `nested`); elsewhere only `release` runs.
+//! KVM (`vm`, `nested`); `images` starts none but shares their Linux-only
+//! `support`; elsewhere only `release` runs.
 
 #[cfg(target_os = "linux")]
 mod cli;
@@ -28,6 +30,8 @@ mod control;
 mod cowork;
 #[cfg(target_os = "linux")]
 mod display;
+#[cfg(target_os = "linux")]
+mod images;
 #[cfg(target_os = "linux")]
 mod namespace;
 #[cfg(target_os = "linux")]

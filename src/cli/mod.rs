@@ -11,6 +11,7 @@ mod cowork;
 mod cp;
 mod doctor;
 mod exec;
+mod images;
 pub(crate) mod ls;
 #[cfg(target_os = "linux")]
 pub mod oci;
@@ -105,6 +106,11 @@ enum Cmd {
     },
     /// Say which backends can run here, and why not.
     Doctor,
+    /// The guest images the VM backends boot: `images fetch` downloads
+    /// this release's and installs it; `images ls`, `images path` say
+    /// which each arch would boot.
+    #[command(subcommand)]
+    Images(images::ImagesCmd),
     /// Measure: `bench boot` starts sandboxes running `true` and prints
     /// the time to agent ready and the helper's memory.
     #[command(subcommand)]
@@ -402,6 +408,7 @@ pub fn main() -> i32 {
         Cmd::Screenshot { name, out, timeout } => screenshot::screenshot(&name, &out, timeout),
         Cmd::View { name } => view::view(&name),
         Cmd::Doctor => doctor::doctor(),
+        Cmd::Images(c) => images::images(c),
         Cmd::Bench(BenchCmd::Boot(a)) => bench::boot(a),
         Cmd::Vmm(a) => vmm(a),
         Cmd::Cowork(_) => unreachable!("handled above"),

@@ -3,6 +3,8 @@
 //! of a source checkout (found from the binary's path or the current
 //! directory), `$XDG_DATA_HOME/boxdesk/images/<arch>`, then `images/<arch>`
 //! next to the binary. A directory counts only when it has both files.
+//! `boxdesk images fetch` installs a release's image into the data dir's
+//! `images/<arch>`; the error for none found says so.
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +20,7 @@ pub struct Image {
 
 /// Why no image was found.
 #[derive(Debug, thiserror::Error)]
-#[error("no {arch} guest image found; looked in: {}. Build one with `bash images/build.sh {arch}` or pass --kernel and --initrd", .searched.join(", "))]
+#[error("no {arch} guest image found; looked in: {}. Fetch this release's with `boxdesk images fetch --arch {arch}`, build one with `bash images/build.sh {arch}`, or pass --kernel and --initrd", .searched.join(", "))]
 pub struct ImageError {
     /// The guest arch.
     pub arch: &'static str,
@@ -112,6 +114,20 @@ mod tests {
         assert_eq!(in_dir(t.path()).unwrap().kernel, t.path().join("bzImage"));
         std::fs::write(t.path().join("vmlinux"), b"k").unwrap();
         assert_eq!(in_dir(t.path()).unwrap().kernel, t.path().join("vmlinux"));
+    }
+
+    #[test]
+    fn no_image_offers_the_command_that_fetches_one() {
+        let e = ImageError {
+            arch: "aarch64",
+            searched: vec!["/a".into(), "/b".into()],
+        };
+        let msg = e.to_string();
+        assert!(msg.contains("looked in: /a, /b"), "{msg}");
+        assert!(
+            msg.contains("`boxdesk images fetch --arch aarch64`"),
+            "{msg}"
+        );
     }
 
     #[test]
