@@ -37,7 +37,7 @@ enum Reply {
 
 /// A release on `http://127.0.0.1:PORT/`: its files by name; anything
 /// else is a 404.
-struct Release {
+pub(crate) struct Release {
     port: u16,
     files: Arc<Mutex<HashMap<String, Reply>>>,
     stop: Arc<AtomicBool>,
@@ -45,7 +45,7 @@ struct Release {
 }
 
 impl Release {
-    fn serve() -> Self {
+    pub(crate) fn serve() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let files: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
@@ -69,7 +69,7 @@ impl Release {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/", self.port)
     }
 
@@ -78,7 +78,7 @@ impl Release {
     }
 
     /// Publishes `archive` as the arch's image archive with its `.sha256`.
-    fn publish(&self, arch: &str, archive: &[u8]) {
+    pub(crate) fn publish(&self, arch: &str, archive: &[u8]) {
         let name = archive_name(arch);
         self.put(&name, Reply::Full(archive.to_vec()));
         self.put(
@@ -158,12 +158,12 @@ fn sha256sum_line(data: &[u8], name: &str) -> String {
 }
 
 /// One archive entry: a path, its tar type, its bytes.
-type Entry = (String, tar::EntryType, Vec<u8>);
+pub(crate) type Entry = (String, tar::EntryType, Vec<u8>);
 
 /// A `.tar.gz` of `entries` as dist/images.sh's GNU tar writes it (the
 /// names set as raw bytes, so `..` can be written too).
-fn targz(entries: &[Entry]) -> Vec<u8> {
-    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+pub(crate) fn targz(entries: &[Entry]) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut b = tar::Builder::new(gz);
     for (path, ty, data) in entries {
         let mut h = tar::Header::new_gnu();

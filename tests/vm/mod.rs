@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, TestEnv};
 
+mod desktop;
 mod display;
 mod fs;
 mod jail;
