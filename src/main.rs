@@ -8,13 +8,17 @@
 //! backend runs a sandbox: it needs the VMM's image lookup and the
 //! hypervisor probe), [`helper`] (`boxdesk __vmm`, the process that owns
 //! one sandbox), [`images`] (`boxdesk images fetch`: a release's guest
-//! image, downloaded, checked and installed), and the command line. The sandboxes, the control socket
-//! and the namespace backend are `boxdesk_sandbox`'s, the VMM is
+//! image, downloaded, checked and installed), `apparmor` (Linux: the
+//! AppArmor profile that lets boxdesk make user namespaces where Ubuntu
+//! restricts them), and the command line. The sandboxes, the control
+//! socket and the namespace backend are `boxdesk_sandbox`'s, the VMM is
 //! `boxdesk_vmm`, cowork is `boxdesk_cowork`.
 //!
 //! This file is the binary's edge: the only place besides `cli` where
 //! `anyhow` errors become a message and exit code 125.
 
+#[cfg(target_os = "linux")]
+mod apparmor;
 mod backend;
 mod cli;
 mod helper;

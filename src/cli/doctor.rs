@@ -6,14 +6,15 @@
 //! hypervisor probe of `boxdesk-hv` (a tiny guest under a deadline), which
 //! tells hardware KVM from an emulating one. On Linux it says whether the
 //! namespace backend's `--mem`/`--cpus`/`--pids` hold for this user
-//! (`sandbox::cgroup::probe`, which only reads).
+//! (`sandbox::cgroup::probe`, which only reads), and what AppArmor does to
+//! user namespaces here, with a child that makes one and mounts in it
+//! (`crate::apparmor`: the child exits at once and changes nothing).
 
 use boxdesk_platform::{dirs, probe, Probe};
 
 /// `boxdesk doctor`: exit 0 when some backend can run, 1 when none can.
 pub fn doctor() -> anyhow::Result<i32> {
     let bwrap = probe::bwrap();
-    let userns = probe::user_namespaces();
     let trial = if bwrap.is_available() {
         trial_sandbox()
     } else {
@@ -40,7 +41,9 @@ pub fn doctor() -> anyhow::Result<i32> {
         }
     );
     println!("  bubblewrap: {bwrap}");
-    println!("  user namespaces: {userns}");
+    for (k, v) in userns_checks() {
+        println!("  {k}: {v}");
+    }
     println!("  trial sandbox: {trial}");
     #[cfg(target_os = "linux")]
     println!("{}", boxdesk_sandbox::cgroup::probe());
@@ -75,6 +78,61 @@ pub fn doctor() -> anyhow::Result<i32> {
         .map_or_else(|e| e.to_string(), |b| b.to_string());
     println!("--backend auto: {auto}");
     Ok(if namespace_ok || vm_ok { 0 } else { 1 })
+}
+
+/// The `user namespaces` line, then (Linux) what AppArmor does to them
+/// here and the real test of one with capabilities
+/// (`crate::apparmor`). Where AppArmor restricts user namespaces and the
+/// test passes, this boxdesk's profile grants them: the sysctl alone
+/// would say they are missing.
+#[cfg(target_os = "linux")]
+pub(super) fn userns_checks() -> Vec<(&'static str, String)> {
+    use crate::apparmor::{self, status::Restriction, status::Status};
+
+    let status = Status::read();
+    let real = apparmor::probe::userns_with_capabilities();
+    let exe = apparmor::this_exe().unwrap_or_else(|_| "boxdesk".into());
+    let userns = match (&status.restriction, &real) {
+        (Restriction::On, Ok(_)) => Probe::Available {
+            detail: "restricted by AppArmor (kernel.apparmor_restrict_unprivileged_userns = 1), \
+                     and granted to this boxdesk (see the two lines below)"
+                .into(),
+        },
+        _ => probe::user_namespaces(),
+    };
+    let real = match real {
+        Ok(made) => Probe::Available {
+            detail: format!(
+                "a child of this process{} made a user and a mount namespace, mapped its ids \
+                 and mounted a tmpfs in it",
+                if made.dropped {
+                    format!(
+                        " as uid {}, the id a root-started sandbox runs as,",
+                        made.uid
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        },
+        Err(e) => Probe::Missing {
+            why: e.to_string(),
+            hint: status
+                .needs_profile()
+                .then(|| format!("sudo {} apparmor install", exe.display())),
+        },
+    };
+    vec![
+        ("user namespaces", userns.to_string()),
+        ("apparmor", status.describe(&exe)),
+        ("user namespace with capabilities", real.to_string()),
+    ]
+}
+
+/// Off Linux: the `user namespaces` line alone.
+#[cfg(not(target_os = "linux"))]
+pub(super) fn userns_checks() -> Vec<(&'static str, String)> {
+    vec![("user namespaces", probe::user_namespaces().to_string())]
 }
 
 /// A throw-away bwrap sandbox, made as a real one is (`boxdesk cowork

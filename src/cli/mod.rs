@@ -6,6 +6,8 @@
 //! This module owns argument parsing and exit codes. It must never hold
 //! sandbox logic: each sub-command is a thin module over the library.
 
+#[cfg(target_os = "linux")]
+mod apparmor;
 mod bench;
 mod cowork;
 mod cp;
@@ -111,6 +113,12 @@ enum Cmd {
     /// which each arch would boot.
     #[command(subcommand)]
     Images(images::ImagesCmd),
+    /// boxdesk's AppArmor profile (Linux): where AppArmor restricts user
+    /// namespaces (Ubuntu 23.10 and later), `sudo boxdesk apparmor
+    /// install` lets boxdesk and the bwrap it starts make them.
+    #[cfg(target_os = "linux")]
+    #[command(subcommand, name = "apparmor")]
+    AppArmor(apparmor::AppArmorCmd),
     /// Measure: `bench boot` starts sandboxes running `true` and prints
     /// the time to agent ready and the helper's memory.
     #[command(subcommand)]
@@ -409,6 +417,8 @@ pub fn main() -> i32 {
         Cmd::View { name } => view::view(&name),
         Cmd::Doctor => doctor::doctor(),
         Cmd::Images(c) => images::images(c),
+        #[cfg(target_os = "linux")]
+        Cmd::AppArmor(c) => apparmor::run(&c),
         Cmd::Bench(BenchCmd::Boot(a)) => bench::boot(a),
         Cmd::Vmm(a) => vmm(a),
         Cmd::Cowork(_) => unreachable!("handled above"),

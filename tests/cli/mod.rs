@@ -9,6 +9,8 @@ use std::process::Stdio;
 
 use crate::support::{self, TestEnv};
 
+#[cfg(target_os = "linux")]
+mod apparmor;
 mod cp;
 mod stall;
 

@@ -73,10 +73,12 @@ mod linux {
         if apparmor == Some(1) {
             return Probe::missing(
                 "unprivileged user namespaces are restricted by AppArmor \
-                 (kernel.apparmor_restrict_unprivileged_userns = 1); bwrap needs a profile allowing them",
+                 (kernel.apparmor_restrict_unprivileged_userns = 1): one made by a program \
+                 without a profile granting `userns` has no capabilities",
                 Some(
-                    "install an AppArmor profile granting bwrap `userns`, or \
-                     sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+                    "sudo boxdesk apparmor install (boxdesk's profile, for boxdesk and the bwrap \
+                     it starts), or sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 \
+                     (for every program)",
                 ),
             );
         }

@@ -44,7 +44,8 @@ fn runs_on() -> Runs {
                 choice.why
             ),
             can_run: true,
-            checks: Vec::new(),
+            // cowork's own namespace for attached folders needs them too.
+            checks: crate::cli::doctor::userns_checks(),
         };
     }
     let bwrap = probe::bwrap();
@@ -60,11 +61,10 @@ fn runs_on() -> Runs {
         backend: Some("namespace"),
         why: format!("{}: bubblewrap namespaces", choice.why),
         can_run: bwrap.is_available() && trial.is_available(),
-        checks: vec![
-            ("bubblewrap", bwrap.to_string()),
-            ("user namespaces", probe::user_namespaces().to_string()),
-            ("trial sandbox", trial.to_string()),
-        ],
+        checks: std::iter::once(("bubblewrap", bwrap.to_string()))
+            .chain(crate::cli::doctor::userns_checks())
+            .chain([("trial sandbox", trial.to_string())])
+            .collect(),
     }
 }
 

@@ -4,7 +4,10 @@
 //! it as the app starts it; and back).
 //!
 //! This module owns what is printed and which boxdesk path the link
-//! points to; it never touches a file itself.
+//! points to; it never touches a file itself. Where AppArmor restricts
+//! user namespaces, `install` also installs boxdesk's AppArmor profile as
+//! root, or says the one command to run (`cli::apparmor`); it exits 1
+//! when boxdesk still cannot make its namespaces.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -111,8 +114,12 @@ pub fn install(app: Option<&Path>) -> anyhow::Result<i32> {
         done.helper.display(),
         done.answer
     );
+    let (lines, can_make_namespaces) = crate::cli::apparmor::for_cowork_install();
+    for line in lines {
+        println!("{line}");
+    }
     println!("restart the app to use it; `boxdesk cowork doctor` says whether the app will start its helper here at all");
-    Ok(0)
+    Ok(i32::from(!can_make_namespaces))
 }
 
 /// `boxdesk cowork uninstall [--app DIR]`.

@@ -48,7 +48,9 @@ pub enum CoworkCmd {
     /// Put boxdesk in the place of the app's helper (a symlink named
     /// cowork-linux-helper in its resources directory), keeping the app's
     /// own beside it, checksummed; then start it as the app does and ask
-    /// it `isRunning`. Needs root where the app's directory does.
+    /// it `isRunning`. Needs root where the app's directory does. Where
+    /// AppArmor restricts user namespaces, also installs boxdesk's AppArmor
+    /// profile (as root; else it prints the command and exits 1).
     Install(AppArg),
     /// Put the app's own helper back (only when its checksum still
     /// matches).
