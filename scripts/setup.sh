@@ -15,9 +15,12 @@ say() { printf '[setup] %s\n' "$*"; }
 # (xwd) and xdotool (the `boxdesk view` test's X server, screen dump and
 # typing; the viewer itself needs no X library), podman, runc and
 # containerd (the engines `boxdesk oci` runs under, runc its baseline;
-# netavark and iptables: podman's bridge network, a recommendation only).
+# netavark and iptables: podman's bridge network, a recommendation only),
+# iproute2 (the desktop layouts bring their loopback up: tests/desktops),
+# apparmor (its apparmor_parser compiles dist/apparmor/boxdesk:
+# scripts/check-apparmor.sh).
 pkgs=(bubblewrap qemu-user-static file rustc-web cargo-web rust-web-src device-tree-compiler busybox-static
-  xvfb x11-apps xdotool podman runc containerd netavark iptables)
+  xvfb x11-apps xdotool podman runc containerd netavark iptables iproute2 apparmor)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

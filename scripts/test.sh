@@ -48,6 +48,9 @@ fi
 step "error messages print each cause once"
 python3 scripts/check-error-sources.py
 
+step "AppArmor profile compiles (dist/apparmor/boxdesk)"
+bash scripts/check-apparmor.sh
+
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
