@@ -281,6 +281,68 @@ pub fn etc_copies(root: &Path, entries: &[HostEntry], resolver: Option<&str>) ->
     out
 }
 
+/// `doctor`'s lines on what sandboxes see of the host under `root`: the
+/// system entries shared, and which resolver a sandbox uses.
+pub fn doctor_lines(root: &Path) -> Vec<(&'static str, String)> {
+    let Ok(entries) = scan(root) else {
+        return vec![("host system", "cannot read /".to_owned())];
+    };
+    let shown: Vec<String> = entries
+        .iter()
+        .filter(|e| matches!(e, HostEntry::Dir(_)))
+        .map(|e| e.path().display().to_string())
+        .collect();
+    let resolv = Path::new("/etc/resolv.conf");
+    let servers = on_host(root, resolv)
+        .and_then(|p| fs::read_to_string(p).ok())
+        .map(|t| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("nameserver"))
+                .map(|a| a.trim().to_owned())
+                .collect::<Vec<_>>()
+        });
+    let from = match fs::read_link(host_path(root, resolv)) {
+        Ok(t) => format!("/etc/resolv.conf -> {}", t.display()),
+        Err(_) => "/etc/resolv.conf".to_owned(),
+    };
+    let copy = etc_copies(root, &entries, None)
+        .into_iter()
+        .find(|c| c.name == "resolv.conf");
+    let dns = match (servers, copy) {
+        (None, _) => format!(
+            "{from}: missing on the host, so names resolve only by /etc/hosts, here and in sandboxes"
+        ),
+        (Some(servers), copy) => {
+            let list = if servers.is_empty() {
+                "no nameserver".to_owned()
+            } else {
+                format!("nameserver {}", servers.join(", "))
+            };
+            let how = match copy {
+                Some(c) => format!(
+                    "a sandbox's /run is its own, so it gets a copy at {}, kept current",
+                    c.inside.display()
+                ),
+                None => "sandboxes read it as the host does, live".to_owned(),
+            };
+            let loopback = servers.iter().any(|s| s.starts_with("127.") || s == "::1");
+            let reach = if loopback {
+                "; a resolver on the host's loopback answers only sandboxes on the host's network (`run --net`)"
+            } else {
+                ""
+            };
+            format!("{from} ({list}): {how}{reach}; cowork's private networks use boxdesk's resolver (the names their allowlist lists)")
+        }
+    };
+    vec![
+        (
+            "host system",
+            format!("{} shared read-only", shown.join(" ")),
+        ),
+        ("dns", dns),
+    ]
+}
+
 /// How a copy is shown inside: its directory bound over the place's
 /// directory (a rename in it shows at once), or, where that directory is
 /// shallow or shared (`/run`, `/tmp`, `/etc`), the file alone (refreshed

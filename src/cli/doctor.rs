@@ -47,6 +47,10 @@ pub fn doctor() -> anyhow::Result<i32> {
     println!("  trial sandbox: {trial}");
     #[cfg(target_os = "linux")]
     println!("{}", boxdesk_sandbox::cgroup::probe());
+    #[cfg(target_os = "linux")]
+    for (k, v) in boxdesk_sandbox::host_system::doctor_lines(std::path::Path::new("/")) {
+        println!("{k}: {v}");
+    }
     let hv = boxdesk_hv::probe();
     println!("hypervisor: {hv}");
     println!("  /dev/kvm: {}", probe::dev_kvm());

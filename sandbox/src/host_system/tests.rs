@@ -228,3 +228,36 @@ fn a_link_to_a_file_directly_in_run_is_placed_as_a_file_not_over_run() {
     assert_eq!(fs::metadata(host).unwrap().ino(), ino);
     assert_eq!(fs::read_to_string(host).unwrap(), "nameserver 127.0.0.3\n");
 }
+
+#[test]
+fn doctor_says_which_resolver_a_sandbox_uses_and_what_is_shared() {
+    let root = host(|r| {
+        fs::create_dir_all(r.join("opt")).unwrap();
+        fs::create_dir_all(r.join("run/systemd/resolve")).unwrap();
+        fs::write(
+            r.join("run/systemd/resolve/stub-resolv.conf"),
+            "nameserver 127.0.0.53\n",
+        )
+        .unwrap();
+        symlink(
+            "../run/systemd/resolve/stub-resolv.conf",
+            r.join("etc/resolv.conf"),
+        )
+        .unwrap();
+    });
+    let lines = doctor_lines(root.path());
+    assert_eq!(
+        lines[0],
+        ("host system", "/usr /etc /opt shared read-only".to_owned())
+    );
+    assert_eq!(lines[1].0, "dns");
+    let dns = &lines[1].1;
+    assert!(dns.starts_with("/etc/resolv.conf -> ../run/systemd/resolve/stub-resolv.conf (nameserver 127.0.0.53): a sandbox's /run is its own, so it gets a copy at /run/systemd/resolve/stub-resolv.conf, kept current; a resolver on the host's loopback"), "{dns}");
+    let plain = host(|r| fs::write(r.join("etc/resolv.conf"), "nameserver 127.0.0.2\n").unwrap());
+    let dns = &doctor_lines(plain.path())[1].1;
+    assert!(dns.starts_with("/etc/resolv.conf (nameserver 127.0.0.2): sandboxes read it as the host does, live; a resolver"), "{dns}");
+    let none = host(|_| {});
+    assert!(doctor_lines(none.path())[1]
+        .1
+        .contains("missing on the host"));
+}
