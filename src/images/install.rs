@@ -219,18 +219,38 @@ impl Store {
 /// system cannot (the caller renames in two steps).
 #[cfg(target_os = "linux")]
 fn exchange(a: &Path, b: &Path) -> Result<bool, InstallError> {
-    use nix::fcntl::{renameat2, RenameFlags};
-    match renameat2(None, a, None, b, RenameFlags::RENAME_EXCHANGE) {
-        Ok(()) => Ok(true),
-        Err(
-            nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS | nix::errno::Errno::EOPNOTSUPP,
-        ) => Ok(false),
-        Err(nix::errno::Errno::EXDEV) => Ok(false),
-        Err(e) => Err(InstallError::Io {
-            what: "cannot swap the image into",
-            path: b.to_owned(),
-            source: e.into(),
-        }),
+    use std::os::unix::ffi::OsStrExt;
+    let io = |source: std::io::Error| InstallError::Io {
+        what: "cannot swap the image into",
+        path: b.to_owned(),
+        source,
+    };
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io(std::io::ErrorKind::InvalidInput.into()))
+    };
+    let (ca, cb) = (c(a)?, c(b)?);
+    // The raw system call: glibc and musl alike (nix and libc wrap it for
+    // glibc only, and the static release builds are musl).
+    // SAFETY: two valid C strings relative to the working directory, no
+    // memory is written.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EXDEV) => Ok(false),
+        _ => Err(io(e)),
     }
 }
 
