@@ -67,9 +67,8 @@ fn view(opts: &mut HelperOptions, keeper: &Keeper) -> View {
                 HostEntry::Dir(dir) => {
                     view.bind(&dir, false);
                 }
-                // NixOS's links in /run point into /nix/store, which the
-                // guest sees; the helper has no /run of the host's.
-                HostEntry::Symlink { path, .. } if path.starts_with("/run") => {}
+                // NixOS's /run links too: the VM's mounts are read from
+                // inside the view, so what the guest gets is what is here.
                 HostEntry::Symlink { path, target } => {
                     view.link(&path, target);
                 }
