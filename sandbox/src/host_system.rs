@@ -398,15 +398,9 @@ impl EtcFiles {
         entries: &[HostEntry],
         copies: Vec<EtcCopy>,
     ) -> io::Result<EtcFiles> {
-        if copies.is_empty() {
-            return Ok(EtcFiles {
-                root: root.to_owned(),
-                dir: dir.to_owned(),
-                copies: Vec::new(),
-                placements: Vec::new(),
-            });
+        if !copies.is_empty() {
+            fs::create_dir_all(dir)?;
         }
-        fs::create_dir_all(dir)?;
         let mut placements: Vec<Placement> = Vec::new();
         let mut kept = Vec::with_capacity(copies.len());
         for (i, copy) in copies.into_iter().enumerate() {
@@ -416,19 +410,23 @@ impl EtcFiles {
                 .file_name()
                 .map(PathBuf::from)
                 .unwrap_or_else(|| copy.name.into());
-            let placement = if shared_dir(parent, entries) || copy.inside.starts_with("/etc") {
+            let alone = shared_dir(parent, entries) || copy.inside.starts_with("/etc");
+            let host_dir = if alone {
+                // The file alone, in a directory of its own.
                 let sub = dir.join(format!("f{i}"));
                 fs::create_dir_all(&sub)?;
-                Placement::File {
+                placements.push(Placement::File {
                     host: sub.join(&file_name),
                     inside: copy.inside.clone(),
-                }
+                });
+                sub
             } else {
+                // One directory per place, shared by the copies there.
                 let existing = placements.iter().find_map(|p| match p {
                     Placement::Dir { host, inside } if inside == parent => Some(host.clone()),
                     _ => None,
                 });
-                let host = match existing {
+                match existing {
                     Some(h) => h,
                     None => {
                         let h = dir.join(format!("d{i}"));
@@ -439,16 +437,9 @@ impl EtcFiles {
                         });
                         h
                     }
-                };
-                let at = host.join(&file_name);
-                kept.push((copy, at, Vec::new()));
-                continue;
+                }
             };
-            let Placement::File { host, .. } = &placement else {
-                unreachable!("a file placement was just made");
-            };
-            kept.push((copy, host.clone(), Vec::new()));
-            placements.push(placement);
+            kept.push((copy, host_dir.join(&file_name), Vec::new()));
         }
         let mut files = EtcFiles {
             root: root.to_owned(),
