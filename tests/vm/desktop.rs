@@ -8,7 +8,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{can_boot, image_dir, kvm_env};
+use super::{can_boot, kvm_env};
 
 /// Paths this test made or moved aside on the host, put back on drop.
 #[derive(Default)]
@@ -119,96 +119,103 @@ fn a_root_host_vm_on_a_resolved_nixos_like_host_reads_resolv_conf_and_runs_opt_a
     );
 }
 
-/// A `curl` for a boxdesk in L1, whose busybox has none: the host's own,
-/// run through the host's loader (x86_64 L1 only, whose host root is at
-/// /run/host).
-fn curl_in(dir: &Path) -> Option<String> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    if path.split(':').any(|d| Path::new(d).join("curl").is_file()) {
-        return Some(path);
-    }
-    let lib = Path::new("/run/host/usr/lib/x86_64-linux-gnu");
-    let host_curl = Path::new("/run/host/usr/bin/curl");
-    if !host_curl.is_file() || !lib.join("ld-linux-x86-64.so.2").is_file() {
-        return None;
-    }
-    std::fs::create_dir_all(dir).unwrap();
-    let shim = dir.join("curl");
-    std::fs::write(
-        &shim,
-        format!(
-            "#!/bin/sh\nexec {l}/ld-linux-x86-64.so.2 --library-path {l} {c} \"$@\"\n",
-            l = lib.display(),
-            c = host_curl.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Some(format!("{}:{path}", dir.display()))
-}
-
+/// Fetching needs `curl`, which only the x86_64 L1 can borrow from its
+/// host: the test is not built for other arches (not skipped: absent).
 #[cfg(target_arch = "x86_64")]
-#[test]
-fn a_vm_boots_from_the_image_images_fetch_installed_from_a_release_on_loopback() {
-    let test = "a_vm_boots_from_the_image_images_fetch_installed_from_a_release_on_loopback";
-    if !can_boot(test) {
-        return;
-    }
-    let env = kvm_env();
-    let Some(path) = curl_in(&env.root().join("curl")) else {
-        println!("skipped: {test}: no curl here, nor the host's under /run/host");
-        return;
-    };
-    // The release: this image's files as dist/images.sh packs them.
-    let arch = "x86_64";
-    let dir = image_dir();
-    let mut manifest = std::fs::read_to_string(dir.join("manifest")).unwrap();
-    manifest.push_str(&format!("boxdesk_version={}\n", env!("CARGO_PKG_VERSION")));
-    let reg = tar::EntryType::Regular;
-    let entries = vec![
-        (
-            format!("{arch}/initramfs.cpio.gz"),
-            reg,
-            std::fs::read(dir.join("initramfs.cpio.gz")).unwrap(),
-        ),
-        (format!("{arch}/manifest"), reg, manifest.into_bytes()),
-        (
-            format!("{arch}/vmlinux"),
-            reg,
-            std::fs::read(dir.join("vmlinux")).unwrap(),
-        ),
-    ];
-    let release = crate::images::Release::serve();
-    release.publish(arch, &crate::images::targz(&entries));
-    // A copy of boxdesk outside any checkout (one in target/ also looks in
-    // target/images), no image dir named: only the fetched image exists.
-    let bin = env.root().join("bin/boxdesk");
-    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
-    std::fs::copy(crate::support::bin(), &bin).unwrap();
-    let data = env.root().join("data");
-    let run = |args: &[&str]| {
-        let mut c = env.cmd(args);
-        c.env("XDG_DATA_HOME", &data)
-            .env("PATH", &path)
-            .env_remove("BOXDESK_IMAGE_DIR")
-            .env_remove("BOXDESK_RELEASE_URL")
-            .env_remove("http_proxy")
-            .env_remove("HTTP_PROXY");
-        let mut c2 = std::process::Command::new(&bin);
-        c2.args(c.get_args());
-        for (k, v) in c.get_envs() {
-            match v {
-                Some(v) => c2.env(k, v),
-                None => c2.env_remove(k),
-            };
+mod fetch {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    /// A `curl` for a boxdesk in L1, whose busybox has none: the host's own,
+    /// run through the host's loader (x86_64 L1 only, whose host root is at
+    /// /run/host).
+    fn curl_in(dir: &Path) -> Option<String> {
+        let path = std::env::var("PATH").unwrap_or_default();
+        if path.split(':').any(|d| Path::new(d).join("curl").is_file()) {
+            return Some(path);
         }
-        c2.stdin(std::process::Stdio::null());
-        crate::support::output(c2)
-    };
-    let fetched = run(&["images", "fetch", "--from", &release.url(), "--arch", arch]);
-    assert_eq!(fetched.code(), 0, "{fetched}");
-    let installed = data.join("boxdesk/images").join(arch);
-    assert!(installed.join("vmlinux").is_file(), "{fetched}");
-    let out = run(&["run", "--backend", "kvm", "--", "echo", "booted"]);
-    assert_eq!((out.code(), out.stdout.as_str()), (0, "booted\n"), "{out}");
+        let lib = Path::new("/run/host/usr/lib/x86_64-linux-gnu");
+        let host_curl = Path::new("/run/host/usr/bin/curl");
+        if !host_curl.is_file() || !lib.join("ld-linux-x86-64.so.2").is_file() {
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let shim = dir.join("curl");
+        std::fs::write(
+            &shim,
+            format!(
+                "#!/bin/sh\nexec {l}/ld-linux-x86-64.so.2 --library-path {l} {c} \"$@\"\n",
+                l = lib.display(),
+                c = host_curl.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(format!("{}:{path}", dir.display()))
+    }
+
+    #[test]
+    fn a_vm_boots_from_the_image_images_fetch_installed_from_a_release_on_loopback() {
+        let test = "a_vm_boots_from_the_image_images_fetch_installed_from_a_release_on_loopback";
+        if !super::can_boot(test) {
+            return;
+        }
+        let env = super::kvm_env();
+        let Some(path) = curl_in(&env.root().join("curl")) else {
+            println!("skipped: {test}: no curl here, nor the host's under /run/host");
+            return;
+        };
+        // The release: this image's files as dist/images.sh packs them.
+        let arch = "x86_64";
+        let dir = super::super::image_dir();
+        let mut manifest = std::fs::read_to_string(dir.join("manifest")).unwrap();
+        manifest.push_str(&format!("boxdesk_version={}\n", env!("CARGO_PKG_VERSION")));
+        let reg = tar::EntryType::Regular;
+        let entries = vec![
+            (
+                format!("{arch}/initramfs.cpio.gz"),
+                reg,
+                std::fs::read(dir.join("initramfs.cpio.gz")).unwrap(),
+            ),
+            (format!("{arch}/manifest"), reg, manifest.into_bytes()),
+            (
+                format!("{arch}/vmlinux"),
+                reg,
+                std::fs::read(dir.join("vmlinux")).unwrap(),
+            ),
+        ];
+        let release = crate::images::Release::serve();
+        release.publish(arch, &crate::images::targz(&entries));
+        // A copy of boxdesk outside any checkout (one in target/ also looks in
+        // target/images), no image dir named: only the fetched image exists.
+        let bin = env.root().join("bin/boxdesk");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::copy(crate::support::bin(), &bin).unwrap();
+        let data = env.root().join("data");
+        let run = |args: &[&str]| {
+            let mut c = env.cmd(args);
+            c.env("XDG_DATA_HOME", &data)
+                .env("PATH", &path)
+                .env_remove("BOXDESK_IMAGE_DIR")
+                .env_remove("BOXDESK_RELEASE_URL")
+                .env_remove("http_proxy")
+                .env_remove("HTTP_PROXY");
+            let mut c2 = std::process::Command::new(&bin);
+            c2.args(c.get_args());
+            for (k, v) in c.get_envs() {
+                match v {
+                    Some(v) => c2.env(k, v),
+                    None => c2.env_remove(k),
+                };
+            }
+            c2.stdin(std::process::Stdio::null());
+            crate::support::output(c2)
+        };
+        let fetched = run(&["images", "fetch", "--from", &release.url(), "--arch", arch]);
+        assert_eq!(fetched.code(), 0, "{fetched}");
+        let installed = data.join("boxdesk/images").join(arch);
+        assert!(installed.join("vmlinux").is_file(), "{fetched}");
+        let out = run(&["run", "--backend", "kvm", "--", "echo", "booted"]);
+        assert_eq!((out.code(), out.stdout.as_str()), (0, "booted\n"), "{out}");
+    }
 }
