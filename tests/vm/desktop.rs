@@ -108,6 +108,12 @@ fn a_root_host_vm_on_a_resolved_nixos_like_host_reads_resolv_conf_and_runs_opt_a
 
     let env = kvm_env();
     let sb = env.start("desk", &["--backend", "kvm", "--root", "host"]);
+    let info = env.info("desk");
+    assert!(
+        info["host_system"].contains("/opt") && info["host_system"].contains("/nix"),
+        "{info:?}"
+    );
+    assert_eq!(info["etc_copies"], "/run/systemd/resolve", "{info:?}");
     let out = sb.sh(
         "test -L /etc/resolv.conf && cat /etc/resolv.conf; ls -A /run/systemd/resolve; \
          /opt/boxdesk-tool/bin/hello; /nix/store/1abc-hello/bin/hello; /run/current-system/sw/bin/hello",

@@ -112,6 +112,9 @@ pub struct VmSandbox {
     vcpus: u32,
     mem_mib: u32,
     relays: Vec<u16>,
+    /// `--root host`: the host's system dirs shared and where the copies of
+    /// its /etc files are (`info`'s `host_system`, `etc_copies`).
+    host_info: Vec<(&'static str, String)>,
     oom_kills: Arc<AtomicU64>,
     stopping: AtomicBool,
     ended: OnceLock<Ended>,
@@ -141,8 +144,28 @@ impl VmSandbox {
             return Err(VmSandboxError::Container);
         }
         let mut mounts = vm_mounts(spec)?;
+        let mut host_info = Vec::new();
         if spec.rootfs == Rootfs::Host {
             mounts.shares.extend(boot.etc.iter().cloned());
+            let words = |paths: Vec<String>| {
+                if paths.is_empty() {
+                    "none".to_owned()
+                } else {
+                    paths.join(",")
+                }
+            };
+            let system = mounts
+                .system
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            let etc = boot
+                .etc
+                .iter()
+                .map(|s| s.guest.display().to_string())
+                .collect();
+            host_info.push(("host_system", words(system)));
+            host_info.push(("etc_copies", words(etc)));
         }
         if spec.net != Net::None {
             return Err(VmSandboxError::Net);
@@ -197,6 +220,7 @@ impl VmSandbox {
             vcpus,
             mem_mib,
             relays: spec.relays.clone(),
+            host_info,
             oom_kills,
             stopping: AtomicBool::new(false),
             ended: OnceLock::new(),
@@ -409,6 +433,7 @@ impl Sandbox for VmSandbox {
             ]
             .into_iter()
             .chain((self.vm.display()).map(|d| ("presents", d.screen.presents().to_string())))
+            .chain(self.host_info.iter().cloned())
             .collect(),
         }
     }
