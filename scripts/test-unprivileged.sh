@@ -52,4 +52,5 @@ runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin TMPDIR=/tmp "$d/v
 # TMPDIR stays /tmp: the tests' sockets must fit the 107-byte socket path
 # limit with a 64-character sandbox name.
 runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TMPDIR=/tmp \
-  BOXDESK_BIN="$d/boxdesk" BOXDESK_NESTED=0 RUST_BACKTRACE=1 "${oci_agent[@]}" "$d/tests" --test-threads=2 --show-output
+  BOXDESK_BIN="$d/boxdesk" BOXDESK_NESTED=0 RUST_BACKTRACE=1 "${oci_agent[@]}" \
+  ${BOXDESK_CLAUDE:+BOXDESK_CLAUDE="$BOXDESK_CLAUDE"} "$d/tests" --test-threads=2 --show-output

@@ -60,6 +60,11 @@ bash images/build-agent.sh x86_64
 bash images/build-agent.sh aarch64
 bash scripts/agent-smoke.sh
 
+step "Claude Code (pinned, for tests/claude)"
+# Cached after the first fetch: no network once warm.
+BOXDESK_CLAUDE=$(bash scripts/claude-code.sh)
+export BOXDESK_CLAUDE
+
 step "cargo test (as $(id -un))"
 # The nested-KVM self-tests run in their own step below, with their setup.
 # --show-output: a passing test's output is printed under its name, so a

@@ -1,5 +1,6 @@
 //! Integration tests of the `boxdesk` binary, one binary with a module per
-//! area: `control` (the control and agent sockets), `cli` (commands, exit
+//! area: `claude` (the real Claude Code through `boxdesk cowork`, against
+//! a Messages API stand-in on loopback), `control` (the control and agent sockets), `cli` (commands, exit
 //! codes, bad input), `display` (`screenshot` and `view` against a real
 //! screen behind the real control server; the window under Xvfb), `client` (the agent client against the real agent,
 //! `boxdesk __agent`), `images` (`boxdesk images fetch` against a release
@@ -20,6 +21,8 @@
 //! KVM (`vm`, `nested`); `images` starts none but shares their Linux-only
 //! `support`; elsewhere only `release` runs.
 
+#[cfg(target_os = "linux")]
+mod claude;
 #[cfg(target_os = "linux")]
 mod cli;
 #[cfg(target_os = "linux")]

@@ -319,6 +319,22 @@ impl Events {
         }
     }
 
+    /// Reads new events (none seen before is looked at) until `pred` holds
+    /// for one; returns it.
+    pub fn next(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let v = match try_read_frame(&mut self.s) {
+                Ok(Some(v)) => v,
+                Ok(None) => panic!("events ended waiting for {what}; seen {:?}", self.seen),
+                Err(e) => panic!("{e} waiting for {what}; seen {:?}", self.seen),
+            };
+            self.seen.push(v.clone());
+            if pred(&v) {
+                return v;
+            }
+        }
+    }
+
     /// Waits for the exit event of `id`.
     pub fn exit_of(&mut self, id: &str) -> Value {
         self.until(&format!("exit of {id}"), |v| {

@@ -5,7 +5,7 @@
 //! dirs; the whole module runs again as an unprivileged user in CI.
 
 mod app;
-mod client;
+pub(crate) mod client;
 mod dns;
 mod kept;
 mod protocol_edges;
