@@ -13,6 +13,7 @@
 //! without it each test says `skipped:` and why. Namespace backend only
 //! (the nested L1 has no glibc for the binary to run on).
 
+mod bench;
 mod tools;
 
 use std::io::BufRead;
