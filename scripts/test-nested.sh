@@ -92,6 +92,19 @@ if [ "$rc" != 0 ] || [ "$oks" = 0 ]; then
   exit 1
 fi
 
+step "the real Claude Code through cowork on the VM backend, and its benchmark (x86_64 L1)"
+log=$(mktemp)
+rc=0
+in_l1 "$log" bash tests/nested/claude-stage.sh || rc=$?
+oks=$(grep -c '^test result: ok\. ' "$log" || true)
+skips=$(grep -c '^skipped: ' "$log" || true)
+grep '^bench: ' "$log" || true
+rm -f "$log"
+if [ "$rc" != 0 ] || [ "$oks" = 0 ] || [ "$skips" != 0 ]; then
+  echo "nested: Claude Code on VMs in L1 (x86_64): exit $rc, ok lines $oks, skips $skips" >&2
+  exit 1
+fi
+
 step "benchmark: host wall time from qemu start to CMD running in L1"
 bash tests/nested/bench.sh 1
 

@@ -1,7 +1,8 @@
 //! Figures, not assertions (a benchmark, run on demand: `cargo test -p
 //! boxdesk --test tests -- claude::bench --ignored --nocapture`): the same
 //! Claude Code binary asked one message straight on the host and through
-//! `boxdesk cowork` on this host's backend, alternating, `ROUNDS` each:
+//! `boxdesk cowork` on this host's backend (`BOXDESK_TEST_BACKEND`),
+//! alternating, 10 rounds each (`BOXDESK_BENCH_ROUNDS`):
 //! spawn → its first API request, spawn → the message's result; medians
 //! and their ratios.
 
@@ -14,7 +15,14 @@ use serde_json::json;
 use super::{claude_args, claude_binary, install_sdk, results, spawn_claude, Api};
 use crate::cowork::client::Cowork;
 
-const ROUNDS: usize = 10;
+/// Rounds, unless `BOXDESK_BENCH_ROUNDS` says (CI's L1 stage runs 3).
+fn rounds() -> usize {
+    std::env::var("BOXDESK_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(10)
+}
 
 fn now() -> f64 {
     SystemTime::now()
@@ -59,7 +67,8 @@ fn bench_spawn_to_first_request_and_to_result_against_the_binary_on_the_host() {
     let home = c.env.root().join("direct-home");
     std::fs::create_dir_all(&home).unwrap();
     let (mut host_req, mut host_res, mut box_req, mut box_res) = (vec![], vec![], vec![], vec![]);
-    for round in 0..ROUNDS {
+    let rounds = rounds();
+    for round in 0..rounds {
         let msg = json!({"type": "user", "message": {"role": "user", "content": format!("round {round}")}});
         // Straight on the host.
         let t0 = now();
@@ -109,10 +118,21 @@ fn bench_spawn_to_first_request_and_to_result_against_the_binary_on_the_host() {
         median(box_req),
         median(box_res),
     );
+    let backend = crate::cowork::client::backend_word();
     println!(
-        "bench: Claude Code {} , {ROUNDS} rounds alternating, medians:",
+        "bench: Claude Code {}, {rounds} rounds alternating, medians:",
         super::VERSION
     );
-    println!("bench:   spawn -> first API request: host {:.0} ms, boxdesk cowork (namespace) {:.0} ms, ratio {:.2}", hq * 1e3, bq * 1e3, bq / hq);
-    println!("bench:   spawn -> result:            host {:.0} ms, boxdesk cowork (namespace) {:.0} ms, ratio {:.2}", hr * 1e3, br * 1e3, br / hr);
+    println!(
+        "bench:   spawn -> first API request: direct {:.0} ms, boxdesk cowork ({backend}) {:.0} ms, ratio {:.2}",
+        hq * 1e3,
+        bq * 1e3,
+        bq / hq
+    );
+    println!(
+        "bench:   spawn -> result:            direct {:.0} ms, boxdesk cowork ({backend}) {:.0} ms, ratio {:.2}",
+        hr * 1e3,
+        br * 1e3,
+        br / hr
+    );
 }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The real Claude Code through boxdesk cowork on the VM backend, inside the
+# x86_64 L1 (real KVM under qemu TCG): tests/claude with
+# BOXDESK_TEST_BACKEND=kvm, and its benchmark (the same binary straight in
+# L1 against it through a VM), in one L1 run:
+#
+#   tests/nested/claude-stage.sh [TEST_FILTER...]
+#
+# L1 switches its root to the build machine's own Debian (read-only over
+# 9p, a tmpfs /tmp; as switch_root makes it, so user namespaces work), so
+# the host-built test binary, boxdesk and Claude Code (glibc) run there,
+# and a cowork VM's root (`--root host`) is that same system. Needs: the
+# image (images/build.sh x86_64), the binary (scripts/claude-code.sh), the
+# test binary (cargo test -p boxdesk --test tests --no-run). Exit status:
+# the tests' (125: the harness failed).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd -P)
+img=$root/target/images/x86_64
+[ -f "$img/initramfs.cpio.gz" ] || { echo "claude-stage: no image at $img (images/build.sh x86_64)" >&2; exit 125; }
+claude=$(bash "$root/scripts/claude-code.sh" x86_64)
+tests=$(cd "$root" && cargo test -p boxdesk --test tests --no-run --locked --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "tests" and m.get("executable"):
+        print(m["executable"])')
+(cd "$root" && cargo build -q --locked -p boxdesk --bin boxdesk)
+bin=$root/target/debug/boxdesk
+filter=("$@")
+[ ${#filter[@]} -gt 0 ] || filter=(claude::)
+args=""
+for a in "${filter[@]}"; do args="$args '$a'"; done
+script="set -e
+R=/run/host
+mount -t tmpfs tmpfs \$R/tmp
+for d in dev proc sys; do mount --rbind /\$d \$R/\$d; done
+mkdir -p -m 700 \$R/tmp/rt
+echo 10000 >/proc/sys/user/max_user_namespaces
+mount --make-rprivate /
+cd \$R
+mount --move . /
+exec chroot . env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
+  XDG_RUNTIME_DIR=/tmp/rt BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img BOXDESK_CLAUDE=$claude \
+  BOXDESK_TEST_BACKEND=kvm BOXDESK_NESTED=0 BOXDESK_BENCH_ROUNDS=\${BOXDESK_BENCH_ROUNDS:-3} sh -c 'cd $root && exec $tests --test-threads=1 --include-ignored --nocapture $args'"
+exec bash "$here/run.sh" x86_64 --hostroot --mem 3072 --timeout 1500 -- /bin/sh -c "$script"
