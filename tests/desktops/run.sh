@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The desktops people run, as layouts of this machine: each in a private
-# mount and network namespace (nothing real changes; where /nix is missing
-# an empty mount point is made and removed again), boxdesk checked in
+# mount and network namespace (nothing real changes; where /nix or /opt is
+# missing an empty mount point is made and removed again), boxdesk checked in
 # each as root and as an unprivileged user:
 #
 #   bash tests/desktops/run.sh [BOXDESK] [TESTS_BIN]
@@ -35,9 +35,12 @@ fi
 for tool in unshare runuser python3 getent ip; do
   command -v "$tool" >/dev/null || { echo "skipped: $tool is not installed"; exit 0; }
 done
-made_nix=
-if [ ! -e /nix ]; then mkdir /nix; made_nix=1; fi
-cleanup() { if [ -n "$made_nix" ]; then rmdir /nix 2>/dev/null || true; fi; }
+# Mount points the layouts need, made empty where missing, removed after.
+made=()
+for d in /nix /opt; do
+  if [ ! -e "$d" ]; then mkdir "$d"; made+=("$d"); fi
+done
+cleanup() { for d in "${made[@]+"${made[@]}"}"; do rmdir "$d" 2>/dev/null || true; done; }
 trap cleanup EXIT
 user=${BOXDESK_TEST_USER:-nobody}
 start=$SECONDS
