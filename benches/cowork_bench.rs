@@ -9,7 +9,7 @@
 //! * 50 concurrent spawns, total time;
 //! * the server's RSS after the stream, and spawn latency again after it.
 //!
-//! Targets (COWORK issue): spawn→exit ≤ 1.5 ms p50; ≥ 500 MB/s; RSS after
+//! Targets: spawn→exit ≤ 1.5 ms p50; ≥ 500 MB/s; RSS after
 //! the stream ≤ 64 MiB; spawn latency unchanged after it. The Node server
 //! measured on this machine kind: 1.6 ms unsandboxed / 4.4 ms bwrap,
 //! 55 MB/s, 1.5 GB RSS and 54 ms spawn after the stream.
@@ -424,7 +424,7 @@ fn main() {
     );
 
     // 256 MiB of stdout through events, beside reading the pipe directly:
-    // the issue's NUL stream (every byte becomes the 6-byte JSON escape
+    // the NUL stream (every byte becomes the 6-byte JSON escape
     // `\u0000`) and a text stream (only newlines are escaped).
     const N: usize = 256 << 20;
     let streams = [

@@ -1,5 +1,5 @@
 //! The display path's figures beside a plain `memcpy` of the same bytes,
-//! measured in the same run (display issue; goal: a present's copy ≤ 2×
+//! measured in the same run (goal: a present's copy ≤ 2×
 //! memcpy):
 //!
 //! * one 1920×1080 XRGB8888 frame (8,294,400 bytes) `memcpy`d — the

@@ -1,6 +1,6 @@
 //! `boxdesk bench boot`: starts sandboxes one after the other, each running
 //! `true`, and prints how long the agent took to answer and what the helper
-//! costs in memory — the figure the README records per backend (KVM,
+//! costs in memory — the figure docs/BENCHMARKS.md records per backend (KVM,
 //! Hypervisor.framework, namespaces). It measures; it asserts nothing.
 
 use std::time::Duration;

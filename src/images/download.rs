@@ -39,7 +39,7 @@ const MAX_TEXT: u64 = 64 << 10;
 #[derive(Debug, thiserror::Error)]
 pub enum DownloadError {
     /// No curl on `$PATH`.
-    #[error("curl is not installed (boxdesk downloads with it): install curl, or download {url} by hand (README, \"Install\")")]
+    #[error("curl is not installed (boxdesk downloads with it): install curl, or download {url} by hand (docs/INSTALL.md)")]
     NoCurl {
         /// The URL.
         url: String,

@@ -1,5 +1,5 @@
 //! The command line: exit codes, the run/exec/cp/ls/stop cycle, and the bad
-//! input of the issue (duplicate names, stale sockets, unsafe runtime dirs,
+//! input (duplicate names, stale sockets, unsafe runtime dirs,
 //! bad names, missing sandboxes).
 
 use std::fs;

@@ -1,7 +1,7 @@
 //! `boxdesk cowork`, played exactly as the Claude Desktop app plays it
 //! (seed 000): the three connection modes, the boot sequence, processes
 //! and their events, mounts, the allowlist proxy, session dirs, and every
-//! bad input of the issue. Each test runs its own server with its own
+//! bad input. Each test runs its own server with its own
 //! dirs; the whole module runs again as an unprivileged user in CI.
 
 mod app;
@@ -1616,7 +1616,7 @@ fn a_session_cannot_read_another_sessions_environment_or_signal_its_processes() 
     );
     assert!(out.contains("nocwd\n"), "session b followed a's cwd: {out}");
     // Signals are sealed only where Landlock scopes them (ABI 6, Linux
-    // 6.12); before that, sealing reads is the whole promise (README).
+    // 6.12); before that, sealing reads is the whole promise (docs/SECURITY.md).
     if abi >= 6 {
         assert!(
             out.contains("unsignalled\n"),

@@ -431,7 +431,7 @@ fn an_image_of_another_boxdesk_version_is_replaced_without_force() {
     let w = World::new();
     w.release
         .publish(arch(), &targz(&image(arch(), arch(), "0.0.1-old", "old")));
-    // Installed by hand, as the README's fallback does.
+    // Installed by hand, as docs/INSTALL.md's fallback does.
     let dir = w.installed();
     fs::create_dir_all(&dir).unwrap();
     for (path, _, data) in image(arch(), arch(), "0.0.1-old", "old") {

@@ -1,5 +1,5 @@
 //! Host folders in real microVMs (virtio-fs, `--share`, `--root host`), in
-//! the nested L1 on both arches. The big sizes of the issue (a 512 MiB file,
+//! the nested L1 on both arches. The big sizes (a 512 MiB file,
 //! 10,000 small files) run with `BOXDESK_FS_FULL=1` in an L1 with room for
 //! two such files in its tmpfs besides the VM:
 //! `BOXDESK_FS_FULL=1 tests/nested/cargo-test.sh ARCH --mem 4096 -p boxdesk
@@ -150,7 +150,7 @@ fn big_and_small_files_links_renames_mmap_and_escape_attempts_through_a_share() 
     // Hard links, rename over, unlink of an open file, mmap (exec) of a
     // shared file. The file server links with linkat(AT_EMPTY_PATH), which
     // Linux before 6.10 allows only with CAP_DAC_READ_SEARCH: a user's VM
-    // there cannot hard-link in a share (README, Status).
+    // there cannot hard-link in a share (docs/STATUS.md).
     let links = nix::unistd::geteuid().is_root() || kernel_at_least(6, 10);
     if !links {
         println!("skipped: {name}: hard links as a user need Linux 6.10 (fuse-backend-rs links with linkat(AT_EMPTY_PATH))");

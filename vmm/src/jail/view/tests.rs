@@ -149,7 +149,7 @@ fn a_helper_in_its_view_sees_its_paths_where_they_were_and_nothing_else_of_the_h
             "new beside: read-only",
         ],
     );
-    // What entering costs (the README's figure).
+    // What entering costs (docs/BENCHMARKS.md's figure).
     if let Some(at) = out.find("entered in") {
         let line = out[at..].lines().next().unwrap_or_default();
         println!("{line} (6 paths and /proc/PID)");
