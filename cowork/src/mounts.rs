@@ -266,14 +266,20 @@ pub fn resolve_in_home(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
         &names,
         home,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
-        false,
+        Make::Nothing,
     );
     match beneath {
         // An absolute link (`~/code -> /home/u/src/code`), which
         // RESOLVE_BENEATH refuses even when it stays inside: followed, and
         // the directory it reached must still lie beneath home.
         Err(MountError::Os { error, .. }) if error.raw_os_error() == Some(libc::EXDEV) => {
-            let fd = walk(&home_fd, &names, home, libc::RESOLVE_NO_MAGICLINKS, false)?;
+            let fd = walk(
+                &home_fd,
+                &names,
+                home,
+                libc::RESOLVE_NO_MAGICLINKS,
+                Make::Nothing,
+            )?;
             let real = real_path(&fd).map_err(os("naming", home))?;
             let real_home = std::fs::canonicalize(home).map_err(os("naming", home))?;
             if !real.starts_with(&real_home) {
@@ -321,7 +327,8 @@ pub fn resolve_source(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
             let home_fd = open_dir(home)?;
-            walk_as_user(&home_fd, &names, home)?;
+            let no_links = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+            walk(&home_fd, &names, home, no_links, Make::AsUser)?;
             resolve_in_home(home, path)
         }
         Err(e) if errno(&e) == Some(libc::ELOOP) => {
@@ -333,31 +340,6 @@ pub fn resolve_source(home: &Path, path: &str) -> Result<OwnedFd, MountError> {
         }
         r => r,
     }
-}
-
-/// Makes the missing directories of `home/names…`, 0700 and this user's,
-/// without following any link on the way.
-fn walk_as_user(home: &OwnedFd, names: &[String], shown: &Path) -> Result<(), MountError> {
-    let mut cur = open_at(home, ".", libc::RESOLVE_BENEATH).map_err(os("opening", shown))?;
-    let mut here = shown.to_owned();
-    for n in names {
-        here.push(n);
-        let c = CString::new(n.as_bytes()).map_err(|_| MountError::BadName {
-            name: n.clone(),
-            why: NameError::Nul,
-        })?;
-        // SAFETY: `cur` is a valid directory fd and `c` a valid C string;
-        // mkdirat never follows a symlink in its last component.
-        if unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(os("creating", &here)(e));
-            }
-        }
-        let flags = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
-        cur = open_at(&cur, n, flags).map_err(os("opening", &here))?;
-    }
-    Ok(())
 }
 
 /// Replaces the link at `abs` (beneath `home`) by an empty 0700 directory
@@ -389,20 +371,7 @@ fn repair_self_link(home: &Path, abs: &Path) -> Result<bool, MountError> {
     }
     let target = Path::new(std::ffi::OsStr::from_bytes(&buf[..n as usize]));
     let real_parent = real_path(&dir).map_err(os("naming", parent))?;
-    let lands: PathBuf = {
-        let joined = real_parent.join(target);
-        let mut out = PathBuf::from("/");
-        for c in joined.components() {
-            match c {
-                Component::ParentDir => {
-                    out.pop();
-                }
-                Component::Normal(n) => out.push(n),
-                _ => {}
-            }
-        }
-        out
-    };
+    let lands = boxdesk_sandbox::host_system::normalize(&real_parent.join(target));
     if lands != real_parent.join(name) && target != Path::new(name) {
         return Ok(false);
     }
@@ -443,7 +412,7 @@ fn outside_home(abs: &Path) -> Result<OwnedFd, MountError> {
         &names,
         Path::new("/"),
         libc::RESOLVE_NO_MAGICLINKS,
-        false,
+        Make::Nothing,
     )?;
     let real = real_path(&fd).map_err(os("naming", abs))?;
     if kernel(&real) {
@@ -483,7 +452,7 @@ pub fn dir_beneath(base: &Path, names: &[&str]) -> Result<OwnedFd, MountError> {
         &names,
         base,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-        true,
+        Make::ForSandbox,
     )
 }
 
@@ -503,14 +472,25 @@ fn open_dir(p: &Path) -> Result<OwnedFd, MountError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Whether [`walk`] makes the directories it does not find (0700).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Make {
+    /// A missing one is an error.
+    Nothing,
+    /// Made, then given to the sandbox's ids (the sandboxes' own dirs).
+    ForSandbox,
+    /// Made, and left this user's (the user's folders).
+    AsUser,
+}
+
 /// Opens `names` one at a time beneath `start` with `resolve` flags,
-/// making each missing directory (0700) when `create`.
+/// making each missing directory as `make` says.
 fn walk(
     start: &OwnedFd,
     names: &[String],
     shown: &Path,
     resolve: u64,
-    create: bool,
+    make: Make,
 ) -> Result<OwnedFd, MountError> {
     let mut cur = open_at(start, ".", resolve).map_err(os("opening", shown))?;
     let mut here = shown.to_owned();
@@ -521,7 +501,7 @@ fn walk(
             why: NameError::Nul,
         })?;
         let mut made = false;
-        if create {
+        if make != Make::Nothing {
             // SAFETY: `cur` is a valid directory fd and `c` a valid C
             // string; mkdirat never follows a symlink in its last component.
             let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o700) };
@@ -534,7 +514,7 @@ fn walk(
             }
         }
         cur = open_at(&cur, n, resolve).map_err(os("opening", &here))?;
-        if made {
+        if made && make == Make::ForSandbox {
             super::private::give_to_sandbox(cur.as_raw_fd()).map_err(os("chown", &here))?;
         }
     }
@@ -725,7 +705,7 @@ pub fn detach_all(sessions: &Path, only: Option<&str>) {
             let Some(names) = normal_names(point.strip_prefix(&root).unwrap_or(point)) else {
                 continue;
             };
-            let Ok(target) = walk(&base, &names, sessions, no_links, false) else {
+            let Ok(target) = walk(&base, &names, sessions, no_links, Make::Nothing) else {
                 continue;
             };
             if fd_is_mount_root(&target).unwrap_or(false) {

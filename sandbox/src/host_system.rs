@@ -211,8 +211,9 @@ fn on_host(root: &Path, inside: &Path) -> Option<PathBuf> {
     }
 }
 
-/// `p` without `.` and with each `..` taking the component before it.
-fn normalize(p: &Path) -> PathBuf {
+/// `p` (absolute) without `.` and with each `..` taking the component
+/// before it, lexically.
+pub fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in p.components() {
         match c {

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use super::{claude_args, claude_binary, install_sdk, results, spawn_claude, Api};
-use crate::cowork::client::Cowork;
+use super::{claude_args, results, session, spawn_claude, Api, Session};
 
 /// Rounds, unless `BOXDESK_BENCH_ROUNDS` says (CI's L1 stage runs 3).
 fn rounds() -> usize {
@@ -56,14 +55,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[test]
 #[ignore = "benchmark: prints figures (claude::bench --ignored --nocapture)"]
 fn bench_spawn_to_first_request_and_to_result_against_the_binary_on_the_host() {
-    let Some(claude) = claude_binary("bench") else {
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        claude,
+    }) = session("bench", "bench")
+    else {
         return;
     };
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("bench");
-    let mut ev = c.events("bench");
-    install_sdk(&c, &mut p, &claude);
     let home = c.env.root().join("direct-home");
     std::fs::create_dir_all(&home).unwrap();
     let (mut host_req, mut host_res, mut box_req, mut box_res) = (vec![], vec![], vec![], vec![]);

@@ -25,6 +25,39 @@ use serde_json::{json, Value};
 
 use crate::cowork::client::{Cowork, Events, Pipe};
 
+/// One test's world: a cowork server with profile `profile` booted, its
+/// events subscribed, the API stand-in, the real SDK installed.
+pub struct Session {
+    /// The server (its env is the test's).
+    pub c: Cowork,
+    /// The Messages API stand-in.
+    pub api: Api,
+    /// The app's connection.
+    pub p: Pipe,
+    /// The profile's events.
+    pub ev: Events,
+    /// The Claude Code binary on the host.
+    pub claude: PathBuf,
+}
+
+/// [`Session`] for `test`, or `None` after printing why it skips (no
+/// Claude Code binary here).
+pub fn session(test: &str, profile: &str) -> Option<Session> {
+    let claude = claude_binary(test)?;
+    let c = Cowork::start();
+    let api = Api::start(c.env.root());
+    let mut p = c.boot(profile);
+    let ev = c.events(profile);
+    install_sdk(&c, &mut p, &claude);
+    Some(Session {
+        c,
+        api,
+        p,
+        ev,
+        claude,
+    })
+}
+
 /// The pinned Claude Code release (scripts/claude-code.sh installs it).
 pub const VERSION: &str = "2.1.332";
 

@@ -6,8 +6,7 @@ use std::net::TcpListener;
 
 use serde_json::json;
 
-use super::{claude_binary, install_sdk, results, say, spawn_claude, Api};
-use crate::cowork::client::Cowork;
+use super::{results, say, session, spawn_claude, Session};
 
 /// A session's folders, relative to `/` as the app names them.
 fn rel(p: &std::path::Path) -> String {
@@ -35,16 +34,19 @@ fn http_host(body: &'static str) -> u16 {
 
 #[test]
 fn a_conversation_of_three_messages_runs_in_one_process_kept_alive_between_them() {
-    let Some(claude) = claude_binary(
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        ..
+    }) = session(
         "a_conversation_of_three_messages_runs_in_one_process_kept_alive_between_them",
-    ) else {
+        "talk",
+    )
+    else {
         return;
     };
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("talk");
-    let mut ev = c.events("talk");
-    install_sdk(&c, &mut p, &claude);
     let r = spawn_claude(&mut p, &api, "cc", "s", &[], json!({}));
     assert_eq!(r["success"], true, "{r}\n{}", c.log());
     for (i, text) in ["first message", "second message", "third message"]
@@ -87,16 +89,19 @@ fn a_conversation_of_three_messages_runs_in_one_process_kept_alive_between_them(
 
 #[test]
 fn bash_write_read_and_edit_act_on_a_rw_folder_and_a_read_only_one_is_left_alone() {
-    let Some(claude) = claude_binary(
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        ..
+    }) = session(
         "bash_write_read_and_edit_act_on_a_rw_folder_and_a_read_only_one_is_left_alone",
-    ) else {
+        "tools",
+    )
+    else {
         return;
     };
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("tools");
-    let mut ev = c.events("tools");
-    install_sdk(&c, &mut p, &claude);
     let proj = c.env.home.join("proj");
     let docs = c.env.home.join("docs");
     std::fs::create_dir_all(&proj).unwrap();
@@ -176,18 +181,21 @@ fn bash_write_read_and_edit_act_on_a_rw_folder_and_a_read_only_one_is_left_alone
 
 #[test]
 fn a_listed_local_server_is_reached_through_the_allowlist_and_an_unlisted_one_is_refused() {
-    let Some(claude) = claude_binary(
-        "a_listed_local_server_is_reached_through_the_allowlist_and_an_unlisted_one_is_refused",
-    ) else {
-        return;
-    };
     let listed = http_host("listed-server");
     let unlisted = http_host("unlisted-server");
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("net");
-    let mut ev = c.events("net");
-    install_sdk(&c, &mut p, &claude);
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        ..
+    }) = session(
+        "a_listed_local_server_is_reached_through_the_allowlist_and_an_unlisted_one_is_refused",
+        "net",
+    )
+    else {
+        return;
+    };
     let allowed = json!({"allowedDomains": [api.entry(), format!("127.0.0.3:{listed}")]});
     let r = spawn_claude(&mut p, &api, "cc", "s", &[], allowed);
     assert_eq!(r["success"], true, "{r}\n{}", c.log());
@@ -230,15 +238,19 @@ for line in sys.stdin:
 
 #[test]
 fn an_mcp_stdio_server_from_mcp_config_has_its_tool_called() {
-    let Some(claude) = claude_binary("an_mcp_stdio_server_from_mcp_config_has_its_tool_called")
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        ..
+    }) = session(
+        "an_mcp_stdio_server_from_mcp_config_has_its_tool_called",
+        "mcp",
+    )
     else {
         return;
     };
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("mcp");
-    let mut ev = c.events("mcp");
-    install_sdk(&c, &mut p, &claude);
     let proj = c.env.home.join("proj");
     std::fs::create_dir_all(&proj).unwrap();
     std::fs::write(proj.join("server.py"), MCP_SERVER).unwrap();
@@ -271,16 +283,19 @@ fn an_mcp_stdio_server_from_mcp_config_has_its_tool_called() {
 
 #[test]
 fn a_kill_mid_turn_ends_the_process_with_its_signal_and_leaves_nothing_running() {
-    let Some(claude) = claude_binary(
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        ..
+    }) = session(
         "a_kill_mid_turn_ends_the_process_with_its_signal_and_leaves_nothing_running",
-    ) else {
+        "kill",
+    )
+    else {
         return;
     };
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("kill");
-    let mut ev = c.events("kill");
-    install_sdk(&c, &mut p, &claude);
     let r = spawn_claude(&mut p, &api, "cc", "s", &[], json!({}));
     assert_eq!(r["success"], true, "{r}\n{}", c.log());
     assert_eq!(say(&mut p, &mut ev, "cc", "warm up"), "echo: warm up");
@@ -322,14 +337,16 @@ fn a_kill_mid_turn_ends_the_process_with_its_signal_and_leaves_nothing_running()
 
 #[test]
 fn eight_sessions_at_once_in_one_profile_all_answer() {
-    let Some(claude) = claude_binary("eight_sessions_at_once_in_one_profile_all_answer") else {
+    let Some(Session {
+        c,
+        api,
+        mut p,
+        mut ev,
+        ..
+    }) = session("eight_sessions_at_once_in_one_profile_all_answer", "many")
+    else {
         return;
     };
-    let c = Cowork::start();
-    let api = Api::start(c.env.root());
-    let mut p = c.boot("many");
-    let mut ev = c.events("many");
-    install_sdk(&c, &mut p, &claude);
     let ids: Vec<String> = (0..8).map(|i| format!("cc{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
         let r = spawn_claude(&mut p, &api, id, &format!("s{i}"), &[], json!({}));

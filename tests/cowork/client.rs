@@ -301,22 +301,13 @@ pub struct Events {
 }
 
 impl Events {
-    /// Reads events until `pred` holds for one; returns it.
+    /// Reads events until `pred` holds for one (one already seen counts);
+    /// returns it.
     pub fn until(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         if let Some(v) = self.seen.iter().find(|v| pred(v)) {
             return v.clone();
         }
-        loop {
-            let v = match try_read_frame(&mut self.s) {
-                Ok(Some(v)) => v,
-                Ok(None) => panic!("events ended waiting for {what}; seen {:?}", self.seen),
-                Err(e) => panic!("{e} waiting for {what}; seen {:?}", self.seen),
-            };
-            self.seen.push(v.clone());
-            if pred(&v) {
-                return v;
-            }
-        }
+        self.next(what, pred)
     }
 
     /// Reads new events (none seen before is looked at) until `pred` holds
