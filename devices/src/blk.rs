@@ -1,5 +1,7 @@
 //! virtio-blk over a raw disk file (or block device): one request queue,
-//! processed synchronously on the vCPU thread that wrote QueueNotify.
+//! processed synchronously by whoever delivers its QueueNotify — the VMM's
+//! notifier thread on KVM (an ioeventfd), the vCPU thread that wrote it on
+//! Hypervisor.framework.
 //!
 //! Owns: the file (read with `pread`, written with `pwrite`, flushed with
 //! `fdatasync`), the request queue once activated, the configuration space
@@ -28,8 +30,9 @@ use virtio_bindings::virtio_blk::{
 };
 use virtio_bindings::virtio_ids::VIRTIO_ID_BLOCK;
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vm_memory::{Address, Bytes, GuestAddress};
 
+use crate::virtio::chain::{self, ChainError, Limits, Segment, Walked as Chain};
 use crate::virtio::{ActivateError, Interrupt, Memory, VirtioDevice, VIRTIO_F_VERSION_1};
 
 /// The size of the request queue.
@@ -64,33 +67,15 @@ pub enum BlkError {
     /// The serial number is longer than 20 bytes.
     #[error("disk serial {0:?} is longer than 20 bytes")]
     SerialTooLong(String),
-    /// The chain is empty or ends early: a bad index, a loop, an unreadable
-    /// descriptor table or over 4 GiB in all.
-    #[error("descriptor chain is empty or ends early (bad index, loop or unreadable table)")]
-    ChainTruncated,
-    /// A descriptor points outside guest memory.
-    #[error("descriptor {addr:#x}+{len:#x} is outside guest memory")]
-    OutsideMemory {
-        /// Its guest address.
-        addr: u64,
-        /// Its length.
-        len: u32,
-    },
-    /// A device-readable descriptor follows a device-writable one.
-    #[error("device-readable descriptor after a device-writable one")]
-    ReadableAfterWritable,
+    /// The chain broke a rule every request chain keeps.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
     /// The device-readable part is shorter than the 16-byte header.
     #[error("no 16-byte request header")]
     NoHeader,
     /// There is no device-writable byte for the status.
     #[error("no writable status byte")]
     NoStatus,
-    /// More descriptors than [`MAX_DESCRIPTORS`].
-    #[error("more than {MAX_DESCRIPTORS} descriptors in one chain")]
-    TooManyDescriptors,
-    /// More data than [`MAX_DATA_BYTES`].
-    #[error("request data over {MAX_DATA_BYTES} bytes")]
-    TooMuchData,
     /// Data buffers of the wrong direction for the request type.
     #[error("request type {0} has data buffers of the wrong direction")]
     WrongDirection(u32),
@@ -105,103 +90,27 @@ pub enum BlkError {
     Memory(String),
 }
 
-/// One contiguous guest buffer of a chain.
-#[derive(Debug, Clone, Copy)]
-struct Segment {
-    addr: GuestAddress,
-    len: u64,
-}
+/// What one request chain may hold.
+const LIMITS: Limits = Limits {
+    descriptors: MAX_DESCRIPTORS,
+    readable: MAX_DATA_BYTES + HEADER_BYTES + 1,
+    total: MAX_DATA_BYTES + HEADER_BYTES + 1,
+};
 
-/// A validated request chain: its device-readable and device-writable parts.
-#[derive(Debug)]
-struct Chain {
-    head: u16,
-    readable: Vec<Segment>,
-    writable: Vec<Segment>,
-    readable_len: u64,
-    writable_len: u64,
-}
-
-/// Calls `f` on each contiguous piece of bytes `[start, start + len)` of
-/// the byte stream formed by `segs`, with the piece's offset in that range.
+/// [`chain::for_each_piece`], a range beyond the chain an error.
 fn for_each_piece(
     segs: &[Segment],
     start: u64,
     len: u64,
-    mut f: impl FnMut(GuestAddress, u64, u64) -> Result<(), BlkError>,
+    f: impl FnMut(GuestAddress, u64, u64) -> Result<(), BlkError>,
 ) -> Result<(), BlkError> {
-    let mut skip = start;
-    let mut done = 0u64;
-    for seg in segs {
-        if done == len {
-            break;
-        }
-        if skip >= seg.len {
-            skip -= seg.len;
-            continue;
-        }
-        let take = (seg.len - skip).min(len - done);
-        let addr = seg
-            .addr
-            .checked_add(skip)
-            .ok_or_else(|| BlkError::Memory("address overflow".into()))?;
-        f(addr, done, take)?;
-        done += take;
-        skip = 0;
-    }
-    if done == len {
-        Ok(())
-    } else {
-        Err(BlkError::Memory("range beyond the chain".into()))
-    }
+    chain::for_each_piece(segs, start, len, f)
+        .unwrap_or_else(|| Err(BlkError::Memory("range beyond the chain".into())))
 }
 
 /// Walks and checks one chain (see the module doc for what is refused).
 fn parse_chain(mem: &Memory, chain: DescriptorChain<&Memory>) -> Result<Chain, BlkError> {
-    let head = chain.head_index();
-    let mut out = Chain {
-        head,
-        readable: Vec::new(),
-        writable: Vec::new(),
-        readable_len: 0,
-        writable_len: 0,
-    };
-    // An empty chain "ends early" too.
-    let mut last_has_next = true;
-    let limit = MAX_DATA_BYTES + HEADER_BYTES + 1;
-    for (count, desc) in chain.enumerate() {
-        if count >= MAX_DESCRIPTORS {
-            return Err(BlkError::TooManyDescriptors);
-        }
-        last_has_next = desc.has_next();
-        let (addr, len) = (desc.addr(), desc.len());
-        if len == 0 {
-            continue;
-        }
-        if !mem.check_range(addr, len as usize) {
-            return Err(BlkError::OutsideMemory { addr: addr.0, len });
-        }
-        let seg = Segment {
-            addr,
-            len: u64::from(len),
-        };
-        if desc.is_write_only() {
-            out.writable_len += seg.len;
-            out.writable.push(seg);
-        } else {
-            if !out.writable.is_empty() {
-                return Err(BlkError::ReadableAfterWritable);
-            }
-            out.readable_len += seg.len;
-            out.readable.push(seg);
-        }
-        if out.readable_len + out.writable_len > limit {
-            return Err(BlkError::TooMuchData);
-        }
-    }
-    if last_has_next {
-        return Err(BlkError::ChainTruncated);
-    }
+    let out = chain::walk(mem, chain, LIMITS)?;
     if out.readable_len < HEADER_BYTES {
         return Err(BlkError::NoHeader);
     }
@@ -399,7 +308,6 @@ fn process_queue(backend: &mut Backend, active: &mut Active) -> (bool, Result<()
 /// A virtio-blk device over one raw file.
 pub struct Blk {
     backend: Backend,
-    acked_features: u64,
     active: Option<Active>,
     /// Why the device stopped (until reset).
     broken: Option<BlkError>,
@@ -410,7 +318,6 @@ impl std::fmt::Debug for Blk {
         f.debug_struct("Blk")
             .field("capacity_sectors", &self.backend.capacity_sectors)
             .field("read_only", &self.backend.read_only)
-            .field("acked_features", &self.acked_features)
             .field("active", &self.active.is_some())
             .field("broken", &self.broken)
             .finish()
@@ -437,7 +344,6 @@ impl Blk {
                 serial: id,
                 bounce: vec![0; BOUNCE_BYTES],
             },
-            acked_features: 0,
             active: None,
             broken: None,
         })
@@ -473,19 +379,8 @@ impl VirtioDevice for Blk {
         f
     }
 
-    fn ack_features(&mut self, features: u64) {
-        self.acked_features = features & self.features();
-    }
-
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         crate::virtio::read_config_bytes(&self.config(), offset, data);
-    }
-
-    fn write_config(&mut self, offset: u64, data: &[u8]) {
-        debug!(
-            "virtio-blk: {}-byte config write at {offset:#x} ignored",
-            data.len()
-        );
     }
 
     fn activate(
@@ -531,7 +426,6 @@ impl VirtioDevice for Blk {
     fn reset(&mut self) {
         self.active = None;
         self.broken = None;
-        self.acked_features = 0;
     }
 }
 

@@ -28,7 +28,7 @@ pub mod bus;
 pub mod console;
 #[cfg(target_os = "linux")]
 pub mod fs;
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", any(test, feature = "fuzzing")))]
 pub mod fuzzing;
 pub mod gpu;
 pub mod i8042;

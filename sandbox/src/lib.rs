@@ -12,7 +12,7 @@
 //!   `flock`, and `<name>.log` (the one log opener: 0600, no symlink, ours;
 //!   capped and rotated; its tail).
 //! * [`control`] — the control socket `<name>.sock`: the protocol, the
-//!   helper's server and the client the CLI (and later cowork) uses.
+//!   helper's server and the client the CLI and cowork use.
 //! * [`client`] — the host side of the agent protocol, blocking and tokio:
 //!   connect, exec, PutFile/GetFile, and the one mapping from an exec's end
 //!   to an exit status ([`client::status`]); the CLI and cowork both use it.

@@ -1,5 +1,5 @@
 //! A running sandbox, whatever backs it: the [`Sandbox`] trait its owner
-//! holds one of (the helper process `boxdesk __vmm`; later cowork), the
+//! holds one of (the helper process `boxdesk __vmm`, cowork's server), the
 //! [`SandboxSpec`] every backend starts from, what `info` says of it
 //! ([`Info`]), how a client reaches its agent ([`Endpoint`]), how it
 //! ended ([`Ended`]) and why it could not start ([`StartError`]).

@@ -71,7 +71,8 @@ enum Cmd {
     /// Copy files between the host and a sandbox: `cp SRC NAME:PATH` or
     /// `cp NAME:PATH DST`.
     Cp(CpArgs),
-    /// List running sandboxes (stale sockets are removed).
+    /// List sandboxes: running ones, and dead ones (their helper gone)
+    /// as `dead`, whose stale sockets are removed.
     Ls {
         /// Print a JSON array of objects instead of a table.
         #[arg(long)]
@@ -123,8 +124,8 @@ enum Cmd {
     /// the time to agent ready and the helper's memory.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Run boxdesk as an OCI runtime (runc's command line), for podman,
-    /// containerd and CRI-O: `boxdesk oci --help`. Also as `boxdesk-oci`.
+    /// Run boxdesk as an OCI runtime (runc's command line), for podman and
+    /// containerd: `boxdesk oci --help`. Also as `boxdesk-oci`.
     #[cfg(target_os = "linux")]
     #[command(disable_help_flag = true)]
     Oci {
@@ -202,16 +203,17 @@ struct RunArgs {
     /// Leave the sandbox running in the background and print its name.
     #[arg(long, short = 'd', conflicts_with = "command")]
     detach: bool,
-    /// kvm: the guest kernel (vmlinux or bzImage) [default: the installed image].
+    /// VMs: the guest kernel (x86_64: vmlinux or bzImage; arm64: Image)
+    /// [default: the installed image].
     #[arg(long, value_name = "FILE")]
     kernel: Option<PathBuf>,
-    /// kvm: the initramfs [default: the installed image].
+    /// VMs: the initramfs [default: the installed image].
     #[arg(long, value_name = "FILE")]
     initrd: Option<PathBuf>,
-    /// kvm: attach IMG (ext4 or squashfs) as the guest's root file system, read-only.
+    /// VMs: attach IMG (ext4 or squashfs) as the guest's root file system, read-only.
     #[arg(long, value_name = "IMG")]
     rootfs: Option<PathBuf>,
-    /// kvm: make --rootfs writable.
+    /// VMs: make --rootfs writable.
     #[arg(long, requires = "rootfs")]
     rootfs_rw: bool,
     /// Share a host directory (or, namespace only, a file) at GUEST
@@ -219,7 +221,7 @@ struct RunArgs {
     #[arg(long, value_name = "HOST[:GUEST][:ro]")]
     share: Vec<String>,
     /// `host`: the guest's /usr, /etc, /bin, /sbin, /lib* are the host's,
-    /// read-only (kvm: over virtio-fs; the namespace backend's default).
+    /// read-only (VMs: over virtio-fs; the namespace backend's default).
     #[arg(long, value_name = "host", value_parser = ["host"], conflicts_with = "rootfs")]
     root: Option<String>,
     /// kvm/hvf: give the VM a display of WxH (virtio-gpu, keyboard, tablet):

@@ -10,8 +10,9 @@
 //!
 //! The binary comes from `$BOXDESK_CLAUDE`, else the cache
 //! `scripts/claude-code.sh` installs it into (`$BOXDESK_CACHE/claude-code/`);
-//! without it each test says `skipped:` and why. Namespace backend only
-//! (the nested L1 has no glibc for the binary to run on).
+//! without it each test says `skipped:` and why. On the VM backend
+//! (`BOXDESK_TEST_BACKEND=kvm`) the SDK reaches the guest over virtio-fs;
+//! `tests/nested/claude-stage.sh` runs that in the x86_64 L1.
 
 mod bench;
 mod tools;
@@ -211,6 +212,7 @@ pub fn results(ev: &Events, id: &str) -> Vec<Value> {
 /// Sends `text` as one user message to `id` and waits for its result line;
 /// returns the result's `result` text.
 pub fn say(p: &mut Pipe, ev: &mut Events, id: &str, text: &str) -> String {
+    let t0 = Instant::now();
     let before = results(ev, id).len();
     let line = json!({"type": "user", "message": {"role": "user", "content": text}});
     let r = p.call("writeStdin", json!({"id": id, "data": format!("{line}\n")}));
@@ -227,6 +229,11 @@ pub fn say(p: &mut Pipe, ev: &mut Events, id: &str, text: &str) -> String {
         });
         assert_ne!(v["type"], "exit", "{id} exited mid-turn: {:?}", ev.seen);
     }
+    println!(
+        "{id}: {:.1} s for {:?}",
+        t0.elapsed().as_secs_f64(),
+        text.get(..40).unwrap_or(text)
+    );
     let r = &results(ev, id)[before];
     assert_eq!(r["is_error"], false, "{r}");
     r["result"].as_str().unwrap_or_default().to_owned()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real Claude Code through boxdesk cowork on the VM backend, inside the
 # x86_64 L1 (real KVM under qemu TCG): tests/claude's scenarios with
-# BOXDESK_TEST_BACKEND=kvm, in one L1 run (CI's nested step); with the
+# BOXDESK_TEST_BACKEND=kvm, in one L1 run (CI's nested step): all of them
+# as the eight sessions of one profile's VM; with the
 # filter `claude::bench`, its benchmark instead (the same binary straight
 # in L1 against it through a VM, BOXDESK_BENCH_ROUNDS rounds, 3 here):
 #
@@ -29,8 +30,10 @@ for line in sys.stdin:
 (cd "$root" && cargo build -q --locked -p boxdesk --bin boxdesk)
 bin=$root/target/debug/boxdesk
 filter=("$@")
-# The scenarios; the benchmark (claude::bench, ignored) when asked for.
-[ ${#filter[@]} -gt 0 ] || filter=(claude::tools::)
+# Every scenario side by side as eight sessions of one VM (each Claude Code
+# start costs ~13 s of emulated CPU here: the scenarios alone would start
+# it 13 times); the benchmark (claude::bench, ignored) when asked for.
+[ ${#filter[@]} -gt 0 ] || filter=(claude::tools::eight_sessions_at_once)
 args=""
 for a in "${filter[@]}"; do args="$args '$a'"; done
 script="set -e
@@ -45,4 +48,4 @@ mount --move . /
 exec chroot . env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
   XDG_RUNTIME_DIR=/tmp/rt BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img BOXDESK_CLAUDE=$claude \
   BOXDESK_TEST_BACKEND=kvm BOXDESK_NESTED=0 BOXDESK_BENCH_ROUNDS=\${BOXDESK_BENCH_ROUNDS:-3} sh -c 'cd $root && exec $tests --test-threads=1 --include-ignored --show-output $args'"
-exec bash "$here/run.sh" x86_64 --hostroot --mem 3072 --timeout 1500 -- /bin/sh -c "$script"
+exec bash "$here/run.sh" x86_64 --hostroot --mem 6144 --timeout 1500 -- /bin/sh -c "$script"

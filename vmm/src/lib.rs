@@ -175,6 +175,7 @@ pub enum VmEnd {
 }
 
 /// How the VM ended, once it has, and what stops its vCPU threads.
+#[derive(Default)]
 struct Ending {
     end: Mutex<Option<VmEnd>>,
     cv: Condvar,
@@ -375,108 +376,155 @@ fn display_devices(
     Ok(Display { screen, input })
 }
 
+/// A virtio-fs DAX window the vCPUs repair pages of (none off Linux).
+#[cfg(target_os = "linux")]
+type DaxWindow = Arc<fs::dax::Window>;
+/// No DAX windows off Linux.
+#[cfg(not(target_os = "linux"))]
+type DaxWindow = std::convert::Infallible;
+
+/// Refuses a vCPU count of 0 or more than the hypervisor (and boxdesk's
+/// layouts) allow.
+fn check_vcpus(hv: &DefaultHypervisor, vcpus: u32) -> Result<(), VmmError> {
+    let max = hv
+        .capabilities()
+        .max_vcpus
+        .clamp(1, host::MAX_VCPUS.min(64));
+    if vcpus == 0 || vcpus > max {
+        return Err(VmmError::Vcpus(vcpus, max));
+    }
+    Ok(())
+}
+
+/// Loads `spec`'s kernel and initramfs into guest memory.
+fn load_guest(spec: &VmSpec, mem: &Memory) -> Result<host::Loaded, VmmError> {
+    let open = |p: &PathBuf| {
+        File::open(p).map_err(|source| VmmError::Open {
+            path: p.clone(),
+            error: source,
+        })
+    };
+    Ok(host::load(
+        mem,
+        &mut open(&spec.kernel)?,
+        &mut open(&spec.initrd)?,
+    )?)
+}
+
+/// The VM's virtio devices in slot order: vsock, the root disk (`--rootfs`),
+/// one virtio-fs per share, then the display's; with the shares' DAX
+/// windows and the display.
+#[allow(clippy::type_complexity)]
+fn virtio_devices(
+    spec: &VmSpec,
+    vm: &HvVm,
+    ram: &[(GuestAddress, usize)],
+    mem_bytes: u64,
+) -> Result<(Vec<Box<dyn VirtioDevice>>, Vec<DaxWindow>, Option<Display>), VmmError> {
+    let mut virtio: Vec<Box<dyn VirtioDevice>> = Vec::new();
+    let vsock = boxdesk_devices::vsock::Vsock::new(3, &spec.vsock_uds).map_err(dev("vsock"))?;
+    virtio.push(Box::new(vsock));
+    if let Some((path, writable)) = &spec.rootfs {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(*writable)
+            .open(path)
+            .map_err(|source| VmmError::Open {
+                path: path.clone(),
+                error: source,
+            })?;
+        let blk =
+            boxdesk_devices::blk::Blk::new(f, !writable, "boxdesk-rootfs").map_err(dev("blk"))?;
+        virtio.push(Box::new(blk));
+    }
+    let windows = fs_devices(vm, ram, mem_bytes, &spec.mounts, &mut virtio)?;
+    let display = match spec.display {
+        Some((w, h)) => Some(display_devices(w, h, &mut virtio)?),
+        None => None,
+    };
+    Ok((virtio, windows, display))
+}
+
+/// The transports of a VM's devices, in slot order.
+type Transports = Vec<Arc<Mutex<MmioTransport>>>;
+
+/// Puts each device behind a virtio-mmio transport in the next slot (its
+/// address on the MMIO bus, its interrupt line); the slots, for the boot
+/// tables, and the transports.
+fn attach_virtio(
+    virtio: Vec<Box<dyn VirtioDevice>>,
+    mem: &Memory,
+    irqs: &mut irq::Lines,
+    buses: &mut Buses,
+) -> Result<(Vec<(u64, u32)>, Transports), VmmError> {
+    let mut slots = Vec::new();
+    let mut devices = Vec::new();
+    for (i, d) in virtio.into_iter().enumerate() {
+        let (addr, line) = host::virtio_slot(i).ok_or(VmmError::Device {
+            what: "virtio-mmio",
+            why: "out of slots".into(),
+        })?;
+        let t = Arc::new(Mutex::new(MmioTransport::new(
+            d,
+            mem.clone(),
+            irqs.line(line)?,
+        )));
+        buses
+            .mmio
+            .insert(addr, 0x1000, t.clone())
+            .map_err(dev("virtio-mmio"))?;
+        slots.push((addr, line));
+        devices.push(t);
+    }
+    Ok((slots, devices))
+}
+
+/// Once the VM ends, however it ends, its devices stop: their threads go
+/// and their host sockets close, so a client waiting on the guest learns
+/// at once (a dead VM's muxer must not keep its connections open while
+/// its owner still holds the VM); the display's leaseholders get `end
+/// stopped`.
+fn stop_with_the_vm(ending: &Ending, devices: &Transports, display: Option<&Display>) {
+    let stopped = devices.clone();
+    let screen = display.map(|d| d.screen.clone());
+    ending.on_stop(Box::new(move || {
+        for t in &stopped {
+            lock(t).stop();
+        }
+        if let Some(s) = &screen {
+            s.stop();
+        }
+    }));
+}
+
 impl RunningVm {
     /// Builds and starts the VM of `spec`: every error about files, sizes
     /// and images comes before any vCPU runs.
-    pub fn start(spec: VmSpec) -> Result<RunningVm, VmmError> {
+    pub fn start(mut spec: VmSpec) -> Result<RunningVm, VmmError> {
         if !(64..=65536).contains(&spec.mem_mib) {
             return Err(VmmError::Memory(spec.mem_mib));
         }
         let hv = DefaultHypervisor::open()?;
-        let max = hv
-            .capabilities()
-            .max_vcpus
-            .clamp(1, host::MAX_VCPUS.min(64));
-        if spec.vcpus == 0 || spec.vcpus > max {
-            return Err(VmmError::Vcpus(spec.vcpus, max));
-        }
+        check_vcpus(&hv, spec.vcpus)?;
         let mem_bytes = u64::from(spec.mem_mib) << 20;
         let ram = host::ram_regions(mem_bytes);
         let (mem, regions) = guest_ram(&ram)?;
-        let open = |p: &PathBuf| {
-            File::open(p).map_err(|source| VmmError::Open {
-                path: p.clone(),
-                error: source,
-            })
-        };
-        let loaded = host::load(&mem, &mut open(&spec.kernel)?, &mut open(&spec.initrd)?)?;
+        let loaded = load_guest(&spec, &mem)?;
 
         let vm = Arc::new(hv.create_vm(&host::vm_config(spec.vcpus))?);
         for region in &regions {
             vm.map_memory(region, MapFlags::default())?;
         }
-
-        let ending = Arc::new(Ending {
-            end: Mutex::new(None),
-            cv: Condvar::new(),
-            stop: AtomicBool::new(false),
-            on_stop: Mutex::new(Vec::new()),
-        });
+        let ending = Arc::new(Ending::default());
         let mut buses = Buses::default();
         let mut irqs = irq::Lines::new(&vm);
         let e = ending.clone();
-        let console = host::add_devices(
-            &mut irqs,
-            spec.console,
-            Box::new(move || e.set(VmEnd::Reset)),
-            &mut buses,
-        )?;
-
-        let mut virtio: Vec<Box<dyn VirtioDevice>> = Vec::new();
-        let vsock = boxdesk_devices::vsock::Vsock::new(3, &spec.vsock_uds).map_err(dev("vsock"))?;
-        virtio.push(Box::new(vsock));
-        if let Some((path, writable)) = &spec.rootfs {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(*writable)
-                .open(path)
-                .map_err(|source| VmmError::Open {
-                    path: path.clone(),
-                    error: source,
-                })?;
-            let blk = boxdesk_devices::blk::Blk::new(f, !writable, "boxdesk-rootfs")
-                .map_err(dev("blk"))?;
-            virtio.push(Box::new(blk));
-        }
-        let windows = fs_devices(&vm, &ram, mem_bytes, &spec.mounts, &mut virtio)?;
-        let display = match spec.display {
-            Some((w, h)) => Some(display_devices(w, h, &mut virtio)?),
-            None => None,
-        };
-        let mut slots = Vec::new();
-        let mut devices = Vec::new();
-        for (i, d) in virtio.into_iter().enumerate() {
-            let (addr, line) = host::virtio_slot(i).ok_or(VmmError::Device {
-                what: "virtio-mmio",
-                why: "out of slots".into(),
-            })?;
-            let t = Arc::new(Mutex::new(MmioTransport::new(
-                d,
-                mem.clone(),
-                irqs.line(line)?,
-            )));
-            buses
-                .mmio
-                .insert(addr, 0x1000, t.clone())
-                .map_err(dev("virtio-mmio"))?;
-            slots.push((addr, line));
-            devices.push(t);
-        }
-        // Once the VM ends, however it ends, its devices stop: their
-        // threads go and their host sockets close, so a client waiting on
-        // the guest learns at once (a dead VM's muxer must not keep its
-        // connections open while its owner still holds the VM).
-        let stopped = devices.clone();
-        let screen = display.as_ref().map(|d| d.screen.clone());
-        ending.on_stop(Box::new(move || {
-            for t in &stopped {
-                lock(t).stop();
-            }
-            // Its leaseholders learn the VM is gone (`end stopped`).
-            if let Some(s) = &screen {
-                s.stop();
-            }
-        }));
+        let on_reset = Box::new(move || e.set(VmEnd::Reset));
+        let out = std::mem::replace(&mut spec.console, Box::new(std::io::sink()));
+        let console = host::add_devices(&mut irqs, out, on_reset, &mut buses)?;
+        let (virtio, windows, display) = virtio_devices(&spec, &vm, &ram, mem_bytes)?;
+        let (slots, devices) = attach_virtio(virtio, &mem, &mut irqs, &mut buses)?;
+        stop_with_the_vm(&ending, &devices, display.as_ref());
         #[cfg(target_os = "linux")]
         let notifier = {
             let windows: Vec<_> = (slots.iter().map(|s| s.0))
@@ -484,18 +532,12 @@ impl RunningVm {
                 .collect();
             notify::Notifier::start(&vm, &windows)?
         };
-        let boot = host::write_boot(
-            &mem,
-            &loaded,
-            &slots,
-            &agent_args(
-                spec.rootfs.as_ref().map(|r| r.1),
-                &spec.mounts,
-                &spec.relays,
-            ),
-            spec.vcpus,
-            mem_bytes,
-        )?;
+        let agent = agent_args(
+            spec.rootfs.as_ref().map(|r| r.1),
+            &spec.mounts,
+            &spec.relays,
+        );
+        let boot = host::write_boot(&mem, &loaded, &slots, &agent, spec.vcpus, mem_bytes)?;
 
         let vm = RunningVm {
             ending,
@@ -507,22 +549,34 @@ impl RunningVm {
             #[cfg(target_os = "linux")]
             _notifier: notifier,
         };
-        // Every vCPU is created and set up (on its own thread) before the
-        // VM is finalised (KVM arm64's vGIC init needs them all) and the
-        // interrupt lines are connected; only then may any vCPU run.
+        vm.run(&spec, buses, irqs, boot, windows)
+    }
+
+    /// The last step of [`RunningVm::start`]: every vCPU is created and set
+    /// up (on its own thread) before the VM is finalised (KVM arm64's vGIC
+    /// init needs them all), the interrupt lines connected and the process
+    /// jailed; only then may any vCPU run. On an error the VM is killed.
+    fn run(
+        self,
+        spec: &VmSpec,
+        buses: Buses,
+        irqs: irq::Lines,
+        boot: host::Boot,
+        windows: Vec<DaxWindow>,
+    ) -> Result<RunningVm, VmmError> {
         let go = vcpu::start_all(&vcpu::Shared {
-            vm: vm._vm.clone(),
-            mem: vm._mem.clone(),
+            vm: self._vm.clone(),
+            mem: self._mem.clone(),
             buses: Arc::new(buses),
-            ending: vm.ending.clone(),
-            console: vm.console.clone(),
+            ending: self.ending.clone(),
+            console: self.console.clone(),
             boot: Arc::new(boot),
             vcpus: spec.vcpus,
             on_memory_fault: on_memory_fault(windows),
         });
         let serves_files = !spec.mounts.is_empty();
         let ready = go.and_then(|go| {
-            vm._vm.finalize()?;
+            self._vm.finalize()?;
             irqs.connect()?;
             if spec.jail {
                 jail_process(serves_files)?;
@@ -532,10 +586,10 @@ impl RunningVm {
         match ready {
             Ok(go) => {
                 go.start();
-                Ok(vm)
+                Ok(self)
             }
             Err(e) => {
-                vm.kill();
+                self.kill();
                 Err(e)
             }
         }

@@ -14,6 +14,7 @@
 //! may do is [`guard`]'s.
 
 pub mod dax;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod guard;
 mod worker;
@@ -169,13 +170,9 @@ impl VirtioDevice for Fs {
         VIRTIO_F_VERSION_1
     }
 
-    fn ack_features(&mut self, _features: u64) {}
-
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         crate::virtio::read_config_bytes(&self.config, offset, data);
     }
-
-    fn write_config(&mut self, _offset: u64, _data: &[u8]) {}
 
     fn activate(
         &mut self,

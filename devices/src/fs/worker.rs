@@ -124,6 +124,7 @@ impl Drop for Workers {
 
 /// Serves every chain on `queue` on the calling thread, the same way a
 /// worker does (the fuzz target's path); whether the device broke.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn serve_here(
     mem: Memory,
     interrupt: Interrupt,

@@ -15,6 +15,7 @@
 //! read or write outside guest memory; block on the leaseholder (the
 //! screen coalesces).
 
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod protocol;
 pub mod state;
@@ -28,11 +29,11 @@ use boxdesk_platform::sync::lock;
 use boxdesk_platform::threads::{self, Class};
 use tracing::debug;
 use virtio_bindings::virtio_ids::VIRTIO_ID_GPU;
-use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemory};
+use virtio_queue::{Queue, QueueOwnedT, QueueT};
 
 use self::protocol::{Command, Response};
 use self::state::Gpu2d;
+use crate::virtio::chain::{self, Limits};
 use crate::virtio::{ActivateError, Interrupt, Memory, VirtioDevice, VIRTIO_F_VERSION_1};
 
 /// Queue sizes: control, cursor.
@@ -43,95 +44,13 @@ pub const MAX_REQUEST: usize =
 /// Most descriptors in one chain.
 const MAX_DESCRIPTORS: usize = 256;
 
-/// Why a chain was refused (the device then needs a reset).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChainError {
-    /// A descriptor outside guest memory.
-    #[error("descriptor {addr:#x}+{len} is outside guest memory")]
-    OutsideMemory {
-        /// Its address.
-        addr: u64,
-        /// Its length.
-        len: u32,
-    },
-    /// A device-readable descriptor after a device-writable one.
-    #[error("a readable descriptor follows a writable one")]
-    ReadableAfterWritable,
-    /// More request bytes than [`MAX_REQUEST`], or too many descriptors.
-    #[error("request chain too large")]
-    TooLarge,
-    /// The chain's `next` links end early (a loop or a bad index).
-    #[error("descriptor chain truncated")]
-    Truncated,
-    /// The rings themselves are unreadable.
-    #[error("queue: {0}")]
-    Ring(String),
-}
-
-/// A request's bytes and where its response goes.
-struct Request {
-    head: u16,
-    bytes: Vec<u8>,
-    writable: Vec<(GuestAddress, u32)>,
-}
-
-fn collect(mem: &Memory, chain: DescriptorChain<&Memory>) -> Result<Request, ChainError> {
-    let head = chain.head_index();
-    let mut req = Request {
-        head,
-        bytes: Vec::new(),
-        writable: Vec::new(),
-    };
-    let mut last_has_next = true;
-    for (count, desc) in chain.enumerate() {
-        if count >= MAX_DESCRIPTORS {
-            return Err(ChainError::TooLarge);
-        }
-        last_has_next = desc.has_next();
-        let (addr, len) = (desc.addr(), desc.len());
-        if len == 0 {
-            continue;
-        }
-        if !mem.check_range(addr, len as usize) {
-            return Err(ChainError::OutsideMemory { addr: addr.0, len });
-        }
-        if desc.is_write_only() {
-            req.writable.push((addr, len));
-        } else {
-            if !req.writable.is_empty() {
-                return Err(ChainError::ReadableAfterWritable);
-            }
-            let at = req.bytes.len();
-            if at + len as usize > MAX_REQUEST {
-                return Err(ChainError::TooLarge);
-            }
-            req.bytes.resize(at + len as usize, 0);
-            mem.read_slice(&mut req.bytes[at..], addr)
-                .map_err(|_| ChainError::OutsideMemory { addr: addr.0, len })?;
-        }
-    }
-    if last_has_next {
-        return Err(ChainError::Truncated);
-    }
-    Ok(req)
-}
-
-/// Writes `data` across the writable pieces; the bytes written.
-fn respond(mem: &Memory, writable: &[(GuestAddress, u32)], data: &[u8]) -> u32 {
-    let mut done = 0usize;
-    for &(addr, len) in writable {
-        if done == data.len() {
-            break;
-        }
-        let n = (len as usize).min(data.len() - done);
-        if mem.write_slice(&data[done..done + n], addr).is_err() {
-            break;
-        }
-        done += n;
-    }
-    // `data` is a response: at most a few hundred bytes.
-    u32::try_from(done).unwrap_or(u32::MAX)
-}
+/// What one request chain may hold: the request's bytes at most
+/// [`MAX_REQUEST`]; the response buffers are only written.
+const LIMITS: Limits = Limits {
+    descriptors: MAX_DESCRIPTORS,
+    readable: MAX_REQUEST as u64,
+    total: u64::MAX,
+};
 
 /// Serves one request: the response bytes. The cursor queue's commands
 /// are consumed without a response body (the cursor is not drawn).
@@ -171,19 +90,24 @@ impl Shared {
         let result = loop {
             let next = match queue.iter(&self.mem) {
                 Ok(mut it) => it.next(),
-                Err(e) => break Err(ChainError::Ring(e.to_string())),
+                Err(e) => break Err(format!("queue: {e}")),
             };
             let Some(chain) = next else {
                 break Ok(());
             };
-            let req = match collect(&self.mem, chain) {
+            let walked = chain::walk(&self.mem, chain, LIMITS);
+            let (chain, bytes) = match walked.and_then(|c| {
+                let bytes = c.read_readable(&self.mem)?;
+                Ok((c, bytes))
+            }) {
                 Ok(r) => r,
-                Err(e) => break Err(e),
+                Err(e) => break Err(e.to_string()),
             };
-            let out = serve(&mut lock(&self.gpu), &self.mem, &req.bytes, cursor);
-            let n = respond(&self.mem, &req.writable, &out);
-            if let Err(e) = queue.add_used(&self.mem, req.head, n) {
-                break Err(ChainError::Ring(e.to_string()));
+            let out = serve(&mut lock(&self.gpu), &self.mem, &bytes, cursor);
+            // A response is at most a few hundred bytes.
+            let n = u32::try_from(chain.respond(&self.mem, &out)).unwrap_or(u32::MAX);
+            if let Err(e) = queue.add_used(&self.mem, chain.head, n) {
+                break Err(format!("queue: {e}"));
             }
             used = true;
         };
@@ -283,8 +207,6 @@ impl VirtioDevice for Gpu {
     fn features(&self) -> u64 {
         VIRTIO_F_VERSION_1
     }
-
-    fn ack_features(&mut self, _features: u64) {}
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         crate::virtio::read_config_bytes(&self.config, offset, data);

@@ -24,6 +24,7 @@
 //! dropped until the driver resets it.
 
 mod config;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 
 use std::collections::VecDeque;
@@ -346,7 +347,6 @@ pub struct Input {
     shared: Arc<Mutex<Shared>>,
     select: u8,
     subsel: u8,
-    acked_features: u64,
 }
 
 impl std::fmt::Debug for Input {
@@ -355,7 +355,6 @@ impl std::fmt::Debug for Input {
             .field("device", &self.caps.device)
             .field("select", &self.select)
             .field("subsel", &self.subsel)
-            .field("acked_features", &self.acked_features)
             .finish_non_exhaustive()
     }
 }
@@ -367,7 +366,6 @@ impl Input {
             shared: Arc::new(Mutex::new(Shared::default())),
             select: 0,
             subsel: 0,
-            acked_features: 0,
         }
     }
 
@@ -405,10 +403,6 @@ impl VirtioDevice for Input {
 
     fn features(&self) -> u64 {
         VIRTIO_F_VERSION_1
-    }
-
-    fn ack_features(&mut self, features: u64) {
-        self.acked_features = features & self.features();
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
@@ -465,7 +459,6 @@ impl VirtioDevice for Input {
         lock(&self.shared).reset();
         self.select = 0;
         self.subsel = 0;
-        self.acked_features = 0;
     }
 }
 

@@ -7,6 +7,8 @@
 //! [`Interrupt::needs_reset`] and stops using its queues: the driver sees
 //! `DEVICE_NEEDS_RESET` and a config-change interrupt.
 
+pub mod chain;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz_ring;
 pub mod mmio;
 
@@ -113,11 +115,23 @@ pub trait VirtioDevice: Send {
     /// The features it offers (must include [`VIRTIO_F_VERSION_1`]).
     fn features(&self) -> u64;
     /// The features the driver accepted (a subset of [`Self::features`]).
-    fn ack_features(&mut self, features: u64);
-    /// Reads its configuration space at `offset` (out of range reads zeros).
+    /// The transport keeps them; no device here acts differently by them,
+    /// so by default nothing is done.
+    fn ack_features(&mut self, features: u64) {
+        let _ = features;
+    }
+    /// Reads its configuration space at `offset` (out of range reads zeros:
+    /// [`read_config_bytes`]).
     fn read_config(&self, offset: u64, data: &mut [u8]);
-    /// Writes its configuration space (ignored where read-only).
-    fn write_config(&mut self, offset: u64, data: &[u8]);
+    /// Writes its configuration space; by default it is read-only and the
+    /// write is ignored.
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        tracing::debug!(
+            "virtio device {}: {}-byte config write at {offset:#x} ignored",
+            self.device_type(),
+            data.len()
+        );
+    }
     /// Starts the device with the queues the driver set up (`DRIVER_OK`).
     fn activate(
         &mut self,

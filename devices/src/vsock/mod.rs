@@ -15,7 +15,7 @@
 //! wakes it; `reset` and `Drop` stop and join it, closing every stream.
 
 mod conn;
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", any(test, feature = "fuzzing")))]
 pub mod fuzzing;
 mod muxer;
 mod packet;
@@ -60,7 +60,6 @@ pub struct Vsock {
     /// (device, inode) of the socket file we bound: removed on drop only
     /// if it is still ours.
     bound: Option<(u64, u64)>,
-    acked_features: u64,
     worker: Option<worker::Worker>,
 }
 
@@ -83,7 +82,6 @@ impl Vsock {
             uds_path: uds_path.to_path_buf(),
             listener,
             bound,
-            acked_features: 0,
             worker: None,
         })
     }
@@ -118,22 +116,9 @@ impl VirtioDevice for Vsock {
         VIRTIO_F_VERSION_1
     }
 
-    fn ack_features(&mut self, features: u64) {
-        self.acked_features = features & self.features();
-    }
-
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        let cfg = self.guest_cid.to_le_bytes();
-        for (i, b) in data.iter_mut().enumerate() {
-            *b = offset
-                .checked_add(i as u64)
-                .and_then(|at| usize::try_from(at).ok())
-                .and_then(|at| cfg.get(at).copied())
-                .unwrap_or(0);
-        }
+        crate::virtio::read_config_bytes(&self.guest_cid.to_le_bytes(), offset, data);
     }
-
-    fn write_config(&mut self, _offset: u64, _data: &[u8]) {}
 
     fn activate(
         &mut self,
@@ -183,7 +168,6 @@ impl VirtioDevice for Vsock {
 
     fn reset(&mut self) {
         self.worker = None;
-        self.acked_features = 0;
     }
 }
 

@@ -192,7 +192,7 @@ impl EventLoop {
 
     /// Polls without waiting, then takes one [`EventLoop::turn`] (the fuzz
     /// target's step: `super::fuzzing`).
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", any(test, feature = "fuzzing")))]
     pub(super) fn poll_once(
         &mut self,
         events: &mut Events,

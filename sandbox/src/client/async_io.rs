@@ -24,8 +24,8 @@ use tokio_util::codec::{Framed, FramedRead, FramedWrite};
 use super::exec::ExecState;
 use super::files::{Incoming, Piece};
 use super::{AgentError, Control, Event, CONNECT_TIMEOUT};
-use crate::control::client::is_timeout;
-use crate::control::ClientError;
+use crate::conn::dial::is_timeout;
+use crate::conn::dial::ClientError;
 
 /// Connects to the agent socket `path` of sandbox `name` and does the
 /// handshake, all within [`CONNECT_TIMEOUT`].

@@ -31,14 +31,14 @@ use std::time::{Duration, Instant};
 
 use boxdesk_channel::{ChannelError, Session, Tag};
 
-pub use crate::control::client::CONNECT_TIMEOUT;
+pub use crate::conn::dial::CONNECT_TIMEOUT;
 pub use async_io::{connect_async, exec_async, get_file_async, AsyncInput, AsyncOutput};
 pub use exec::{Captured, Control, Event, Input, Output, CAPTURE_STDERR_MAX, CAPTURE_STDOUT_MAX};
 pub use files::{Fetched, Upload, PUT_CHUNK};
 pub use status::{Outcome, EXIT_BOXDESK, EXIT_CANNOT_RUN, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
-use crate::control::client::{connect_socket, is_timeout};
-use crate::control::ClientError;
+use crate::conn::dial::ClientError;
+use crate::conn::dial::{connect_socket, is_timeout};
 
 /// Why talking to an agent failed. Each is boxdesk failing, not the
 /// command: a front end exits [`EXIT_BOXDESK`] for any of them.

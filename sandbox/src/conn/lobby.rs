@@ -164,7 +164,7 @@ pub fn serve(
                         paused_until = Some(Instant::now() + EMFILE_PAUSE);
                         break;
                     }
-                    Err(e) if crate::control::server::transient(&e) => {}
+                    Err(e) if super::transient(&e) => {}
                     Err(e) => return e,
                 }
             }

@@ -9,17 +9,20 @@
 //! buffer until a byte arrives — so a flood of idle peers costs descriptors
 //! and nothing else; [`workers`] are the threads connections get after
 //! that; [`stall`] is the same deadline for the cowork server's tokio
-//! framing.
+//! framing; [`dial`] is the other end, a client reaching a sandbox's
+//! sockets, and the error it answers with.
 //!
 //! This module owns counting, refusing and dropping. It must never block
 //! an accept loop on a peer, log once per refused connection, or look
 //! inside what a peer sends beyond finding where its first request ends.
 
+pub mod dial;
 pub mod lobby;
 pub mod stall;
 pub mod workers;
 
 use std::fmt;
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -198,6 +201,24 @@ impl FloodLog {
             );
         }
     }
+}
+
+/// Errors after which `accept` can succeed again (a peer that vanished,
+/// descriptors or memory short for a moment).
+pub(crate) fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ECONNABORTED
+                | libc::EINTR
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+                | libc::EPROTO
+                | libc::EPERM
+        )
+    )
 }
 
 #[cfg(test)]

@@ -104,24 +104,6 @@ pub fn serve(listener: UnixListener, sandbox: Arc<dyn Controlled>) -> io::Error 
     })
 }
 
-/// Errors after which `accept` can succeed again (a peer that vanished,
-/// descriptors or memory short for a moment).
-pub(crate) fn transient(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ECONNABORTED
-                | libc::EINTR
-                | libc::EMFILE
-                | libc::ENFILE
-                | libc::ENOBUFS
-                | libc::ENOMEM
-                | libc::EPROTO
-                | libc::EPERM
-        )
-    )
-}
-
 /// Serves one connection until the peer closes, a line is refused, or a
 /// write fails. Errors end this connection only.
 pub fn handle(stream: UnixStream, sandbox: &dyn Controlled) {

@@ -1,6 +1,6 @@
 //! `boxdesk oci …` (also boxdesk started as `boxdesk-oci`): the OCI runtime
-//! command line as runc has it, so podman, containerd and CRI-O run
-//! boxdesk sandboxes. Global flags come before the command (`--root`,
+//! command line as runc has it, so podman and containerd run boxdesk
+//! sandboxes (CRI-O takes the same command line; it is not tested here). Global flags come before the command (`--root`,
 //! `--log`, `--log-format`, and the ones engines pass that change nothing
 //! here: `--debug`, `--systemd-cgroup`, `--rootless`).
 //!

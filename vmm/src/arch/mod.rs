@@ -7,6 +7,7 @@
 //! host's arch: KVM and Hypervisor.framework run guests of their own arch.
 
 pub mod aarch64;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod x86_64;
