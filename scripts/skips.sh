@@ -13,7 +13,10 @@
 # when there is one.
 set -euo pipefail
 log=$1 allowed=$2
-bad=$(awk -v allowed="$allowed" '
+# Through the environment: `awk -v` would read the ERE's backslashes as
+# escapes.
+bad=$(ALLOWED=$allowed awk '
+  BEGIN { allowed = ENVIRON["ALLOWED"] }
   /^---- .* stdout ----$/ { name = $2; next }
   /^(successes|failures):$/ || /^test result: / { name = "" }
   /^skipped: / {

@@ -58,4 +58,4 @@ runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$d/home" TM
 # A user lacks root and, without delegation, a memory cgroup; what only the
 # nested L1 has stays skipped too. Anything else skipped fails the step.
 bash "$root/scripts/skips.sh" "$d/log" \
-  '^(needs root|no cgroup for the sandbox.s memory here|needs hardware KVM|BOXDESK_NESTED=0$|cowork runs on namespaces here)'
+  "^(needs root|no cgroup for the sandbox.s memory here|needs hardware KVM|BOXDESK_NESTED=0\$|cowork runs on namespaces here)${BOXDESK_HOST_SKIPS:+|$BOXDESK_HOST_SKIPS}"

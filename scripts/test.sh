@@ -99,10 +99,12 @@ stage_log=$(mktemp /tmp/boxdesk-stage.XXXXXX.log)
 kernels=$root/target/images/x86_64/vmlinux:$root/target/images/x86_64/bzImage
 BOXDESK_NESTED=0 BOXDESK_TEST_KERNELS=$kernels cargo test --workspace --locked -- --show-output |
   tee "$stage_log"
-# What only the nested L1 has (a KVM that boots Linux), and what cannot
-# apply to this arch or run.
+# What only the nested L1 has (a KVM that boots Linux), what cannot apply
+# to this arch or run, and what the machine's kernel or limits decide
+# ($host_skips, shared with the run as a user).
+export BOXDESK_HOST_SKIPS='this KVM can boot|KVM can boot; the refusal|no kvm here|no usable /dev/kvm|no Landlock in this kernel|has no abstract-socket scope here|no IA-32 emulation|^the hard open-file limit is|^cannot bind 127\.0\.0\.2|^uid 65534 cannot run this test binary|^nobody cannot run|^user namespaces are not allowed here|^as root with AppArmor active'
 bash scripts/skips.sh "$stage_log" \
-  '^(needs hardware KVM|BOXDESK_NESTED=0$|cowork runs on namespaces here)|psci is aarch64 only$|^the fork bomb was stopped from outside'
+  "^(needs hardware KVM|BOXDESK_NESTED=0\$|cowork runs on namespaces here)|psci is aarch64 only\$|^the fork bomb was stopped from outside|$BOXDESK_HOST_SKIPS"
 rm -f "$stage_log"
 
 step "boxdesk-hv and boxdesk for aarch64-apple-darwin (HVF, macOS) and aarch64-unknown-linux-gnu (KVM arm64): check + clippy"
