@@ -36,16 +36,8 @@ filter=("$@")
 [ ${#filter[@]} -gt 0 ] || filter=(claude::tools::eight_sessions_at_once)
 args=""
 for a in "${filter[@]}"; do args="$args '$a'"; done
-script="set -e
-R=/run/host
-mount -t tmpfs tmpfs \$R/tmp
-for d in dev proc sys; do mount --rbind /\$d \$R/\$d; done
-mkdir -p -m 700 \$R/tmp/rt
-echo 10000 >/proc/sys/user/max_user_namespaces
-mount --make-rprivate /
-cd \$R
-mount --move . /
-exec chroot . env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
-  XDG_RUNTIME_DIR=/tmp/rt BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img BOXDESK_CLAUDE=$claude \
+# shellcheck source=host-root.sh
+. "$here/host-root.sh"
+script="$(host_root_exec) BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img BOXDESK_CLAUDE=$claude \
   BOXDESK_TEST_BACKEND=kvm BOXDESK_NESTED=0 BOXDESK_BENCH_ROUNDS=\${BOXDESK_BENCH_ROUNDS:-3} sh -c 'cd $root && exec $tests --test-threads=1 --include-ignored --show-output $args'"
 exec bash "$here/run.sh" x86_64 --hostroot --mem 6144 --timeout 1500 -- /bin/sh -c "$script"

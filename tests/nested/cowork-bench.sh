@@ -30,24 +30,10 @@ bin=$(awk '$1 == "bin" && $2 ~ /\/boxdesk$/ { print $2 }' <<<"$built" | head -1)
 
 case "$arch" in
   x86_64)
-    read -r -d '' script <<EOF || true
-set -e
-R=/run/host
-mount -t tmpfs tmpfs \$R/tmp
-for d in dev proc sys; do mount --rbind /\$d \$R/\$d; done
-mkdir -p -m 700 \$R/tmp/rt
-# bubblewrap makes its namespaces as the subordinate id root drops to.
-echo 10000 >/proc/sys/user/max_user_namespaces
-# The host system becomes the root as switch_root makes it (moved over /,
-# then chroot): the kernel refuses user namespaces to a process whose root
-# is not its mount namespace's, which a plain chroot would be.
-mount --make-rprivate /
-cd \$R
-mount --move . /
-exec chroot . env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
-  XDG_RUNTIME_DIR=/tmp/rt BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img \
-  BOXDESK_BENCH_BACKENDS=namespace,kvm $bench
-EOF
+    # shellcheck source=host-root.sh
+    . "$here/host-root.sh"
+    script="$(host_root_exec) BOXDESK_BIN=$bin BOXDESK_IMAGE_DIR=$img \
+  BOXDESK_BENCH_BACKENDS=namespace,kvm $bench"
     ;;
   aarch64)
     read -r -d '' script <<EOF || true
